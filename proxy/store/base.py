@@ -1,0 +1,73 @@
+"""The snapshot store's interface: what the proxy records, and what readers ask.
+
+The proxy only ever calls :meth:`Store.record` (non-blocking; batched and written
+off the event loop by the implementation) and :meth:`Store.health`. The CLI, the
+``/handoff/v1`` inspection API and tomorrow's web inspector and MCP server read
+through the query methods. SQLite is the embedded default; a shared PostgreSQL
+store for teams implements the same protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """How handoff judged one request (see the decision engine)."""
+
+    action: str  # "passthrough" | "compressed" | "rejected" | "unknown-window"
+    window: int | None = None
+    budget: int | None = None
+    tokens: int | None = None  # prompt tokens counted for the original request
+    forwarded_tokens: int | None = None
+    exact: bool = True
+    policies: tuple[str, ...] = ()  # policies that changed something, in order
+    steps: tuple[Mapping[str, Any], ...] = ()  # per-policy detail: removed counts, notes
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One chat request and its outcome, as the proxy hands it to the store."""
+
+    workspace: str  # x-handoff-workspace, or a hash of the API key (never the key)
+    started_at: float  # unix time
+    model: str
+    upstream: str
+    messages: Sequence[Mapping[str, Any]]  # the client's full history, as sent
+    status: int = 0
+    latency_ms: float = 0.0
+    streamed: bool = False
+    session_hint: str | None = None  # explicit conversation id from header/body
+    decision: Decision | None = None
+    forwarded: Sequence[Mapping[str, Any]] | None = None  # None when sent unchanged
+    reply: Mapping[str, Any] | None = None  # the assistant message assembled
+    usage: Mapping[str, Any] | None = None
+    finish_reason: str | None = None
+    error: Mapping[str, Any] | None = None  # upstream or proxy error body
+    cancelled: bool = False  # client went away before the reply completed
+    raw_response: bytes | None = None  # SSE bytes, only if configured
+    request_params: Mapping[str, Any] = field(default_factory=dict)  # other body fields
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    ok: bool
+    path: str
+    queue_depth: int = 0
+    write_failures: int = 0
+    last_error: str | None = None
+
+
+class Store(Protocol):
+    def record(self, turn: TurnRecord) -> None:
+        """Queue a turn for writing. Never blocks and never raises."""
+
+    def health(self) -> StoreHealth: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None:
+        """Drain everything queued, then close."""

@@ -1,0 +1,249 @@
+"""Configuration: one validated ``Settings`` object, built once at start-up.
+
+Precedence, lowest to highest: built-in defaults < TOML file < ``HANDOFF_*``
+environment variables (nested with ``__``, e.g. ``HANDOFF_SERVER__PORT``) < CLI flags.
+The TOML file is ``--config PATH``, else ``$HANDOFF_CONFIG``, else
+``config.toml`` in the user config directory (skipped if absent). A bad file fails
+at load with a :class:`ConfigError` that names the key and the problem.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+APP_NAME = "handoff"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the key and what to do."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+    access_key: str = ""
+    """Required to bind a non-loopback address; clients send it in ``x-handoff-key``."""
+    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    log_format: Literal["console", "json"] = "console"
+    log_content: bool = False
+    """Debug only: include message content in logs."""
+    shutdown_grace_s: float = Field(10.0, ge=0)
+
+
+class TimeoutSettings(_Section):
+    connect_s: float = Field(10.0, gt=0)
+    read_s: float = Field(300.0, gt=0)
+    """Idle read: the longest silence between two reads from the upstream."""
+
+
+class UpstreamSettings(_Section):
+    name: str
+    base_url: str
+    models: list[str] = Field(default_factory=lambda: ["*"])
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    compress: bool = True
+    """False: never rewrite requests routed here; only record them."""
+    ca_bundle: str | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://, e.g. https://api.openai.com/v1")
+        return v.rstrip("/")
+
+
+class ModelOverride(_Section):
+    context_window: int | None = Field(None, gt=0)
+    max_output_tokens: int | None = Field(None, gt=0)
+    tokenizer: str | None = None
+    """A tiktoken encoding name (o200k_base, cl100k_base…) or ``estimate``."""
+    margin: float | None = Field(None, ge=0, lt=1)
+
+
+class TokenSettings(_Section):
+    default_context_window: int | None = Field(None, gt=0)
+    """Window assumed for models nobody knows; unset means pass them through untouched."""
+    default_max_output_tokens: int = Field(4096, gt=0)
+    """Output reserved when the request names no max_tokens (capped by the model's own)."""
+    margin: float = Field(0.02, ge=0, lt=1)
+    """Safety margin, as a fraction of the window, for exact counts."""
+    approx_margin: float = Field(0.10, ge=0, lt=1)
+    """Safety margin for approximate counts (non-OpenAI tokenizers)."""
+    cache_size: int = Field(200_000, ge=0)
+    """Per-message token counts kept in memory (by content hash)."""
+    discover: bool = True
+    """Ask upstreams' GET /v1/models for context windows."""
+
+
+class ElideSettings(_Section):
+    keep: int = Field(3, ge=0)
+    min_tokens: int = Field(200, ge=0)
+    elide_arguments: bool = False
+
+
+class SummarizeSettings(_Section):
+    enabled: bool = False
+    model: str | None = None
+    """Summarizer model; default: the request's own model."""
+    upstream: str | None = None
+    """Name of an [[upstreams]] entry; default: the request's own upstream."""
+    timeout_s: float = Field(30.0, gt=0)
+    max_tokens: int = Field(1024, gt=0)
+
+
+class CompressionSettings(_Section):
+    enabled: bool = True
+    chain: list[str] = Field(
+        default_factory=lambda: ["elide-tool-results", "summarize", "truncate"]
+    )
+    step: float = Field(0.2, gt=0, le=1)
+    """A cut that must move moves by at least this share of the budget."""
+    elide: ElideSettings = Field(default_factory=ElideSettings)
+    summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
+
+
+class StoreSettings(_Section):
+    enabled: bool = True
+    path: str | None = None
+    required: bool = False
+    """True: answer 503 when the store cannot write, instead of serving unrecorded."""
+    redact: bool = False
+    keep_raw_sse: bool = False
+    max_bytes: int | None = Field(None, gt=0)
+    session_from_body: bool = False
+    """Also take a conversation id from metadata.session_id or user in the body."""
+    flush_interval_s: float = Field(0.2, gt=0, le=1.0)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="HANDOFF_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    upstreams: list[UpstreamSettings] = Field(default_factory=list)
+    models: dict[str, ModelOverride] = Field(default_factory=dict)
+    tokens: TokenSettings = Field(default_factory=TokenSettings)
+    compression: CompressionSettings = Field(default_factory=CompressionSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+
+    _toml_file: ClassVar[Path | None] = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.server.access_key == "" and not _is_loopback(self.server.host):
+            raise ValueError(
+                f"server.host = {self.server.host!r} is not a loopback address: "
+                "set server.access_key so that only your clients can use the proxy"
+            )
+        names = [u.name for u in self.upstreams]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"upstreams: duplicate name(s) {sorted(dup)}")
+        if self.compression.summarize.upstream and self.compression.summarize.upstream not in names:
+            raise ValueError(
+                f"compression.summarize.upstream = {self.compression.summarize.upstream!r} "
+                f"names no [[upstreams]] entry (have {names})"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
+        return tuple(sources)
+
+    def store_path(self) -> Path:
+        if self.store.path:
+            return Path(self.store.path).expanduser()
+        return Path(platformdirs.user_data_dir(APP_NAME)) / "handoff.db"
+
+
+def default_config_path() -> Path:
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _toml_path(explicit: str | Path | None, env: Mapping[str, str]) -> Path | None:
+    if explicit:
+        path = Path(explicit).expanduser()
+    elif env.get("HANDOFF_CONFIG"):
+        path = Path(env["HANDOFF_CONFIG"]).expanduser()
+    else:
+        path = default_config_path()
+        return path if path.is_file() else None
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist (from --config or HANDOFF_CONFIG)")
+    return path
+
+
+def load_settings(
+    config: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build settings from file, environment and ``overrides`` (CLI flags, nested dicts)."""
+    env = os.environ if env is None else env
+    path = _toml_path(config, env)
+    if path is not None:
+        try:
+            with path.open("rb") as f:
+                tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    Settings._toml_file = path
+    try:
+        return Settings(**dict(overrides or {}))
+    except ValidationError as e:
+        raise ConfigError(_describe(e, path)) from None
+    finally:
+        Settings._toml_file = None
+
+
+def _describe(err: ValidationError, path: Path | None) -> str:
+    where = f" in {path}" if path else ""
+    lines = [f"invalid configuration{where}:"]
+    for item in err.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        msg = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            msg = "unknown key (see config.example.toml for the valid ones)"
+        lines.append(f"  {key}: {msg}")
+    return "\n".join(lines)

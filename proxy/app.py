@@ -1,0 +1,161 @@
+"""The aiohttp application: built by :func:`create_app` from validated settings.
+
+Request path: ``request_log`` → ``access`` → ``errors`` middlewares, then the route.
+State lives under the typed :data:`~proxy.services.SERVICES` key; upstream sessions
+and the store are opened and closed in ``cleanup_ctx`` generators (no globals).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from proxy.chat import chat_completions
+from proxy.config import Settings
+from proxy.engine import Engine
+from proxy.errors import HandoffError, Unauthorized, error_body
+from proxy.passthrough import passthrough
+from proxy.services import SERVICES, Planner, Services
+from proxy.store.base import Store
+from proxy.upstreams import Router, build_upstreams
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = structlog.get_logger("handoff")
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Our own errors → OpenAI-shaped bodies. Anything unexpected is logged with its
+    traceback and answered 500 in the same shape; the server keeps running."""
+    try:
+        return await handler(request)
+    except HandoffError as e:
+        structlog.contextvars.bind_contextvars(error=e.code or e.type)
+        return web.json_response(e.body(), status=e.status)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return web.json_response(
+            error_body(e.reason, "invalid_request_error", None, None), status=e.status
+        )
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        raise
+    except Exception:
+        log.exception("internal_error")
+        return web.json_response(
+            error_body("handoff hit an internal error; see its log.", "server_error"), status=500
+        )
+
+
+@web.middleware
+async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One canonical log event per request, with fields bound along the way."""
+    structlog.contextvars.clear_contextvars()
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
+    structlog.contextvars.bind_contextvars(
+        request_id=request_id, method=request.method, path=request.path
+    )
+    t0 = time.perf_counter()
+    status = 499
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    finally:
+        log.info("request", status=status, latency_ms=round((time.perf_counter() - t0) * 1000, 2))
+
+
+def access_guard(
+    access_key: str,
+) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if access_key and request.path != "/healthz":
+            given = request.headers.get("x-handoff-key", "")
+            if not hmac.compare_digest(given.encode(), access_key.encode()):
+                err = Unauthorized(
+                    "This handoff requires its access key: send it in the x-handoff-key header "
+                    "(your own Authorization header still goes to the upstream)."
+                )
+                return web.json_response(err.body(), status=err.status)
+        return await handler(request)
+
+    return access
+
+
+async def healthz(request: web.Request) -> web.Response:
+    svc = request.app[SERVICES]
+    body: dict[str, object] = {"status": "ok", "upstreams": [u.name for u in svc.router.upstreams]}
+    if svc.store is not None:
+        h = svc.store.health()
+        body["store"] = {
+            "ok": h.ok,
+            "path": h.path,
+            "queue_depth": h.queue_depth,
+            "write_failures": h.write_failures,
+            "last_error": h.last_error,
+        }
+        if not h.ok:
+            body["status"] = "degraded"
+    return web.json_response(body)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    catch_all: str | None = None,
+    store: Store | None = None,
+    planner: Planner | None = None,
+) -> web.Application:
+    router = Router(build_upstreams(settings, catch_all))
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
+    )
+    app = web.Application(
+        middlewares=[request_log, access_guard(settings.server.access_key), errors],
+        client_max_size=settings.server.max_body_bytes,
+    )
+    app[SERVICES] = Services(
+        settings=settings,
+        router=router,
+        planner=planner or Engine(),
+        store=store,
+        timeout=timeout,
+    )
+    app.cleanup_ctx.append(_upstream_sessions)
+    if store is not None:
+        app.cleanup_ctx.append(_store_lifecycle)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/chat/completions", chat_completions)
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough)
+    return app
+
+
+async def _upstream_sessions(app: web.Application) -> AsyncIterator[None]:
+    svc = app[SERVICES]
+    for up in svc.router.upstreams:
+        up.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            auto_decompress=True,
+            timeout=svc.timeout,
+        )
+    yield
+    for up in svc.router.upstreams:
+        if up.session is not None:
+            await up.session.close()
+            up.session = None
+
+
+async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    store = app[SERVICES].store
+    assert store is not None
+    await store.start()
+    yield
+    await store.close()

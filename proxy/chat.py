@@ -1,0 +1,209 @@
+"""``POST /v1/chat/completions``: parse → route → plan → forward → relay → record.
+
+The plan (migrate or compress) comes from the :class:`~proxy.services.Planner`.
+If the upstream still answers a context-length error, the request is planned again
+against the limit the error names and retried once; for streams this works
+because such an error arrives as JSON before any event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from proxy.chat_request import ChatRequest
+from proxy.errors import BodyTooLarge, HandoffError, StoreUnavailable
+from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
+from proxy.identity import session_hint, workspace_for
+from proxy.overflow import context_limit
+from proxy.parse import parse_chat
+from proxy.services import SERVICES, Plan, Services
+from proxy.sse import ReplyAssembler, reply_from_completion
+from proxy.store.base import TurnRecord
+from proxy.upstreams import Upstream
+
+log = structlog.get_logger("handoff.chat")
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes:
+    """The whole body, or :class:`BodyTooLarge` as soon as it passes ``limit``."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(request.content_length, limit)
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.readany():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(size, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> BodyTooLarge:
+    return BodyTooLarge(
+        f"The request body ({size:,} bytes or more) exceeds handoff's limit of {limit:,} "
+        "bytes (server.max_body_bytes)."
+    )
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What is learnt about one exchange while it runs; frozen into a TurnRecord."""
+
+    status: int = 0
+    streamed: bool = False
+    reply: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    error: dict[str, Any] | None = None
+    cancelled: bool = False
+    bytes_out: int = 0
+    raw: bytes | None = None
+    retried: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICES]
+    raw = await read_limited(request, svc.settings.server.max_body_bytes)
+    req = parse_chat(raw)
+    up = svc.router.route(req.model)
+    structlog.contextvars.bind_contextvars(model=req.model, upstream=up.name, stream=req.stream)
+    if svc.store is not None and svc.settings.store.required and not svc.store.health().ok:
+        raise StoreUnavailable(
+            "The snapshot store cannot write and store.required is set, so handoff refuses "
+            "to serve unrecorded. See /healthz for the store's error."
+        )
+    started, t0 = time.time(), time.perf_counter()
+    plan = await svc.planner.plan(req, up)
+    turn = _Turn()
+    try:
+        return await _exchange(request, svc, req, up, plan, turn)
+    except asyncio.CancelledError:
+        turn.cancelled = True
+        raise
+    except HandoffError as e:
+        turn.status, turn.error = e.status, e.body()
+        raise
+    finally:
+        latency_ms = (time.perf_counter() - t0) * 1000
+        structlog.contextvars.bind_contextvars(
+            upstream_status=turn.status,
+            cancelled=turn.cancelled,
+            decision=plan.decision.action if plan.decision else None,
+            bytes_out=turn.bytes_out,
+        )
+        if turn.usage is not None:
+            svc.planner.observe(req, plan, turn.usage)
+        _record(svc, request, req, up, plan, turn, started, latency_ms)
+
+
+async def _exchange(
+    request: web.Request, svc: Services, req: ChatRequest, up: Upstream, plan: Plan, turn: _Turn
+) -> web.StreamResponse:
+    headers = up.request_headers(request.headers)
+    path_qs = "/chat/completions" + (f"?{request.query_string}" if request.query_string else "")
+    while True:
+        async with send(up, "POST", path_qs, headers, plan.body, svc.timeout) as resp:
+            turn.status = resp.status
+            if is_sse(resp):
+                turn.streamed = True
+                return await _relay_sse(request, svc, up, resp, plan, turn)
+            body = await read_body(up, resp)
+            limit = context_limit(resp.status, body)
+            if limit is not None and not turn.retried and up.compress:
+                turn.retried = True
+                log.warning("upstream_context_overflow", limit=limit, retrying=True)
+                plan = await svc.planner.plan(req, up, hard_limit=limit)
+                continue
+            _fill_from_json(turn, resp.status, body)
+            turn.bytes_out = len(body)
+            return web.Response(
+                status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)
+            )
+
+
+async def _relay_sse(
+    request: web.Request, svc: Services, up: Upstream, resp: Any, plan: Plan, turn: _Turn
+) -> web.StreamResponse:
+    assembler = ReplyAssembler()
+    keep_raw = svc.settings.store.keep_raw_sse
+    raw_parts: list[bytes] = []
+
+    def tee(chunk: bytes) -> None:
+        assembler.feed(chunk)
+        if keep_raw:
+            raw_parts.append(chunk)
+
+    outcome = StreamOutcome()
+    try:
+        return await relay_stream(request, up, resp, plan.response_headers, tee, outcome)
+    finally:
+        turn.cancelled = outcome.cancelled
+        turn.bytes_out = outcome.bytes_out
+        turn.reply = assembler.reply()
+        turn.usage = assembler.usage
+        turn.finish_reason = assembler.finish_reason
+        turn.error = assembler.error
+        if outcome.upstream_error:
+            turn.error = {"error": {"message": outcome.upstream_error, "type": "upstream_error"}}
+        if keep_raw:
+            turn.raw = b"".join(raw_parts)
+
+
+def _fill_from_json(turn: _Turn, status: int, body: bytes) -> None:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        if status >= 400:
+            turn.error = {"error": {"message": body[:500].decode("utf-8", "replace")}}
+        return
+    if status >= 400:
+        turn.error = parsed if isinstance(parsed, dict) else {"error": parsed}
+        return
+    turn.reply, turn.finish_reason, turn.usage = reply_from_completion(parsed)
+
+
+def _record(
+    svc: Services,
+    request: web.Request,
+    req: ChatRequest,
+    up: Upstream,
+    plan: Plan,
+    turn: _Turn,
+    started: float,
+    latency_ms: float,
+) -> None:
+    if svc.store is None:
+        return
+    params = {k: v for k, v in req.body.items() if k not in ("messages", "model")}
+    svc.store.record(
+        TurnRecord(
+            workspace=workspace_for(request.headers),
+            started_at=started,
+            model=req.model,
+            upstream=up.name,
+            messages=req.messages,
+            status=turn.status,
+            latency_ms=latency_ms,
+            streamed=turn.streamed,
+            session_hint=session_hint(
+                request.headers, req.body, svc.settings.store.session_from_body
+            ),
+            decision=plan.decision,
+            forwarded=plan.forwarded,
+            reply=turn.reply,
+            usage=turn.usage,
+            finish_reason=turn.finish_reason,
+            error=turn.error,
+            cancelled=turn.cancelled,
+            raw_response=turn.raw,
+            request_params=params,
+        )
+    )

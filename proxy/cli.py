@@ -1,0 +1,51 @@
+"""The ``handoff`` command: ``serve`` and the inspection commands.
+
+Each command lives in its own module with a ``register(subparsers)`` function that
+adds its parser and sets ``func``; this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from proxy import serve_cli
+from proxy.config import ConfigError
+
+COMMANDS = (serve_cli,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="handoff",
+        description="A local OpenAI-compatible proxy that keeps one conversation going "
+        "across models with different context windows.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="TOML config file (default: $HANDOFF_CONFIG, else the user config dir)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Any = args.func
+    try:
+        return int(func(args))
+    except ConfigError as e:
+        print(f"handoff: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Chat Completions wire format → :class:`ChatRequest`, with OpenAI-style 400s.
+
+Only what handoff must understand to count and compress is checked: a JSON object
+with a string ``model`` and a ``messages`` list of objects with a string ``role``.
+Everything else is the upstream's to judge, so it passes through untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.chat_request import ChatRequest
+from proxy.errors import InvalidRequest
+
+_CONTENT_TYPES = (str, list, type(None))
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise InvalidRequest(
+            "The request body is empty; send a JSON object (Content-Type: application/json)."
+        )
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequest(
+            f"The request body is not valid JSON ({e}). "
+            "Send a JSON object encoded as UTF-8 (Content-Type: application/json)."
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest(
+            f"The request body must be a JSON object, not a JSON {type(body).__name__}."
+        )
+    return body
+
+
+def parse_chat(raw: bytes) -> ChatRequest:
+    body = parse_json_object(raw)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest(
+            "you must provide a model parameter (a non-empty string)", param="model"
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidRequest(
+            "'messages' is a required property and must be an array of message objects",
+            param="messages",
+        )
+    for i, msg in enumerate(messages):
+        _check_message(i, msg)
+    return ChatRequest(model=model, messages=tuple(messages), body=body, raw=raw)
+
+
+def _check_message(i: int, msg: Any) -> None:
+    where = f"messages[{i}]"
+    if not isinstance(msg, dict):
+        raise InvalidRequest(
+            f"Invalid type for '{where}': expected an object, got {type(msg).__name__}.",
+            param=where,
+        )
+    role = msg.get("role")
+    if not isinstance(role, str):
+        raise InvalidRequest(
+            f"Missing required parameter: '{where}.role' (a string such as 'user').",
+            param=f"{where}.role",
+        )
+    content = msg.get("content")
+    if not isinstance(content, _CONTENT_TYPES):
+        raise InvalidRequest(
+            f"Invalid type for '{where}.content': expected a string or an array of "
+            f"content parts, got {type(content).__name__}.",
+            param=f"{where}.content",
+        )
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise InvalidRequest(
+                    f"Invalid type for '{where}.content[{j}]': expected an object, "
+                    f"got {type(part).__name__}.",
+                    param=f"{where}.content[{j}]",
+                )
+    tool_calls = msg.get("tool_calls")
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise InvalidRequest(
+            f"Invalid type for '{where}.tool_calls': expected an array.",
+            param=f"{where}.tool_calls",
+        )

@@ -1,0 +1,69 @@
+"""``handoff serve``: run the proxy."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from aiohttp import web
+
+from proxy.app import create_app
+from proxy.config import ConfigError, Settings, load_settings
+from proxy.log import configure_logging
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("serve", help="run the proxy")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8787)")
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="catch-all upstream base URL, e.g. https://api.openai.com/v1",
+    )
+    p.add_argument("--store", metavar="PATH", help="snapshot store file (SQLite)")
+    p.add_argument("--no-store", action="store_true", help="do not record snapshots")
+    p.add_argument("--log-format", choices=["console", "json"])
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    server: dict[str, Any] = {}
+    for key in ("host", "port", "log_format"):
+        if getattr(args, key, None) is not None:
+            server[key] = getattr(args, key)
+    store: dict[str, Any] = {}
+    if getattr(args, "store", None):
+        store["path"] = args.store
+    if getattr(args, "no_store", False):
+        store["enabled"] = False
+    overrides: dict[str, Any] = {}
+    if server:
+        overrides["server"] = server
+    if store:
+        overrides["store"] = store
+    return load_settings(args.config, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    configure_logging(settings.server.log_format)
+    if not settings.upstreams and not args.upstream:
+        raise ConfigError(
+            "no upstream configured: pass --upstream URL (e.g. https://api.openai.com/v1) "
+            "or add [[upstreams]] entries to the config file"
+        )
+    app = create_app(settings, catch_all=args.upstream)
+    print(
+        f"handoff listening on http://{settings.server.host}:{settings.server.port}/v1", flush=True
+    )
+    web.run_app(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        handler_cancellation=True,
+        shutdown_timeout=settings.server.shutdown_grace_s,
+        print=None,
+        access_log=None,
+    )
+    return 0

@@ -1,0 +1,50 @@
+"""The objects a running proxy shares between requests, under one typed app key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+from aiohttp import web
+
+from proxy.chat_request import ChatRequest
+from proxy.config import Settings
+from proxy.store.base import Decision, Store
+from proxy.upstreams import Router, Upstream
+
+
+@dataclass(slots=True)
+class Plan:
+    """What to send upstream for one chat request, and why."""
+
+    body: bytes
+    decision: Decision | None = None
+    forwarded: list[dict[str, object]] | None = None  # messages, when rewritten
+    headers: dict[str, str] | None = None  # x-handoff-* response headers
+
+    @property
+    def response_headers(self) -> dict[str, str]:
+        return self.headers or {}
+
+
+class Planner(Protocol):
+    """Decides migrate or compress (the decision engine implements this)."""
+
+    async def plan(self, req: ChatRequest, up: Upstream, *, hard_limit: int | None = None) -> Plan:
+        """``hard_limit``: the upstream's true window, learned from its error, for a retry."""
+
+    def observe(self, req: ChatRequest, plan: Plan, usage: object) -> None:
+        """Learn from the upstream's usage figures (calibration)."""
+
+
+@dataclass(slots=True)
+class Services:
+    settings: Settings
+    router: Router
+    planner: Planner
+    store: Store | None
+    timeout: aiohttp.ClientTimeout
+
+
+SERVICES = web.AppKey("services", Services)

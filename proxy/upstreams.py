@@ -1,0 +1,138 @@
+"""Upstreams: which server a model goes to, and how requests are addressed to it.
+
+``[[upstreams]]`` entries are tried in order; the first whose ``models`` glob matches
+wins, and ``--upstream`` adds a catch-all at the end. Each upstream owns one pooled
+``aiohttp.ClientSession``. Nothing in a request can choose a URL: only configured
+base URLs are ever contacted.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.config import ConfigError, Settings, UpstreamSettings
+from proxy.errors import NoRoute
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# Request headers that are the proxy's to set, or handoff's own.
+_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+_HANDOFF_PREFIX = "x-handoff-"
+
+
+@dataclass(slots=True)
+class Upstream:
+    name: str
+    base_url: str
+    patterns: tuple[str, ...]
+    compress: bool = True
+    api_key: str | None = field(default=None, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    ca_bundle: str | None = None
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    def matches(self, model: str) -> bool:
+        return any(fnmatchcase(model, p) for p in self.patterns)
+
+    def url(self, path_qs: str) -> str:
+        """``path_qs`` is relative to ``/v1`` (e.g. ``/chat/completions?x=1``)."""
+        return self.base_url + path_qs
+
+    def request_headers(
+        self, incoming: CIMultiDictProxy[str] | Mapping[str, str]
+    ) -> CIMultiDict[str]:
+        """Client headers minus hop-by-hop and handoff's own, plus this upstream's
+        extras; ``api_key`` (from ``api_key_env``) replaces the client's key."""
+        out: CIMultiDict[str] = CIMultiDict()
+        for k, v in incoming.items():
+            lk = k.lower()
+            if lk in _DROP_REQUEST or lk.startswith(_HANDOFF_PREFIX):
+                continue
+            out.add(k, v)
+        for k, v in self.headers.items():
+            out[k] = v
+        if self.api_key is not None:
+            out["Authorization"] = f"Bearer {self.api_key}"
+            out.popall("api-key", None)
+        out["Accept-Encoding"] = "identity"
+        return out
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if self.ca_bundle:
+            return ssl.create_default_context(cafile=self.ca_bundle)
+        return True
+
+
+def build_upstreams(settings: Settings, catch_all: str | None = None) -> list[Upstream]:
+    ups = [_from_settings(u) for u in settings.upstreams]
+    if catch_all:
+        ups.append(Upstream(name="default", base_url=catch_all.rstrip("/"), patterns=("*",)))
+    return ups
+
+
+def _from_settings(u: UpstreamSettings) -> Upstream:
+    key = None
+    if u.api_key_env:
+        key = os.environ.get(u.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"upstreams[{u.name}].api_key_env: environment variable {u.api_key_env} "
+                "is not set; export it, or remove api_key_env to forward the client's key"
+            )
+    return Upstream(
+        name=u.name,
+        base_url=u.base_url,
+        patterns=tuple(u.models),
+        compress=u.compress,
+        api_key=key,
+        headers=dict(u.headers),
+        ca_bundle=u.ca_bundle,
+    )
+
+
+class Router:
+    def __init__(self, upstreams: Sequence[Upstream]):
+        self.upstreams = list(upstreams)
+
+    def route(self, model: str | None) -> Upstream:
+        if model is not None:
+            for up in self.upstreams:
+                if up.matches(model):
+                    return up
+        elif self.upstreams:
+            return self.default()
+        names = ", ".join(f"{u.name} ({', '.join(u.patterns)})" for u in self.upstreams)
+        raise NoRoute(
+            f"No upstream is configured for model {model!r}. Configured: {names or 'none'}. "
+            "Add an [[upstreams]] entry whose models match it, or start with --upstream URL.",
+            param="model",
+        )
+
+    def default(self) -> Upstream:
+        """For requests that name no model (GET /v1/models…): the catch-all, else the first."""
+        for up in self.upstreams:
+            if "*" in up.patterns:
+                return up
+        return self.upstreams[0]
+
+    def by_name(self, name: str) -> Upstream | None:
+        return next((u for u in self.upstreams if u.name == name), None)

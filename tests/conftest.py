@@ -12,10 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.app import create_app
 from proxy.config import Settings
-try:  # TEMPORARY while the fake upstream lands
-    from tests.fixtures_upstream import fake_upstream, fake_upstream_factory  # noqa: F401
-except ImportError:
-    pass
+from tests.fixtures_upstream import fake_upstream, fake_upstream_factory  # noqa: F401
 
 
 @dataclass
@@ -46,7 +43,7 @@ def make_proxy(aiohttp_server: Any) -> MakeProxy:
         config.setdefault("store", {"enabled": False})
         settings = Settings(**config)
         app = create_app(settings, catch_all=catch_all, store=store, planner=planner)
-        server = await aiohttp_server(app, handler_cancellation=True)
+        server = await aiohttp_server(app)  # TestServer enables handler_cancellation
         return ProxyHandle(server=server, app=app)
 
     return go

@@ -1,0 +1,208 @@
+"""Counting a chat request's prompt tokens, fast when the history is resent.
+
+Each message's count is cached under a hash of its JSON text (bounded LRU shared
+by all models), so a resent conversation only pays for messages not seen before.
+``upper_bound`` needs no tokenizer at all: when it is within budget the request
+fits and counting can be skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import tiktoken
+
+from proxy.tokens import chat
+from proxy.tokens.encodings import ESTIMATE, EncodingLoader, LoadedEncoding, utf8_len
+from proxy.tokens.images import (
+    ImageCost,
+    cost_for_model,
+    data_url_size,
+    image_tokens,
+    worst_case_tokens,
+)
+from proxy.windows.matching import candidates
+
+Message = Mapping[str, Any]
+EXACT_ENCODINGS = frozenset({"cl100k_base", "o200k_base"})
+"""Encodings whose chat accounting OpenAI publishes; others are approximate."""
+OFFLOAD_BOUND = 32_768
+"""Requests whose byte bound exceeds this are counted in a worker thread."""
+_MAX_MODELS = 1024
+
+
+class CountCache:
+    """A thread-safe LRU of message-hash -> token count."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_many(self, keys: Sequence[bytes]) -> list[int | None]:
+        with self._lock:
+            out: list[int | None] = []
+            for key in keys:
+                hit = self._data.get(key)
+                if hit is not None:
+                    self._data.move_to_end(key)
+                out.append(hit)
+            return out
+
+    def put_many(self, items: Sequence[tuple[bytes, int]]) -> None:
+        if self._size <= 0:
+            return
+        with self._lock:
+            for key, value in items:
+                self._data[key] = value
+                self._data.move_to_end(key)
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class ModelCounter:
+    """Counts prompts for one model with one encoding; ``exact`` says how sure."""
+
+    def __init__(self, model: str, enc: LoadedEncoding, exact: bool, cache: CountCache) -> None:
+        self.model = model
+        self.exact = exact
+        self.encoding_name = enc.name
+        self._enc = enc
+        self._cache = cache
+        self._image_cost: ImageCost = cost_for_model(model)
+        self._tools = chat.O200K_TOOLS if enc.name.startswith("o200k") else chat.CL100K_TOOLS
+        self._prefix = f"{enc.name}|{self._image_cost}|".encode()
+
+    def count_text(self, text: str) -> int:
+        return self._enc.count(text)
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        """The messages plus the reply priming (what the cookbook counts)."""
+        return self._messages_tokens(messages) + chat.REPLY_PRIMING
+
+    def count_request(self, body: Mapping[str, Any]) -> int:
+        """Messages, tools/functions, response_format and priming of a request body."""
+        return self._messages_tokens(_messages(body)) + self._fixed_tokens(body)
+
+    def request_counter(self, body: Mapping[str, Any]) -> Callable[[Sequence[Message]], int]:
+        """A counter for candidate message lists sent with this body's other fields."""
+        fixed = self._fixed_tokens(body)
+        return lambda messages: self._messages_tokens(messages) + fixed
+
+    def upper_bound(self, body: Mapping[str, Any]) -> int:
+        """A bound >= ``count_request(body)`` computed from byte lengths, no tokenizer."""
+        worst = worst_case_tokens(self._image_cost)
+
+        def image(_: Mapping[str, Any]) -> int:
+            return worst
+
+        total = sum(chat.message_tokens(m, utf8_len, image) for m in _messages(body))
+        return total + self._fixed_tokens(body, utf8_len)
+
+    async def count_request_async(self, body: Mapping[str, Any]) -> int:
+        """``count_request``, in a worker thread when the request is large."""
+        if self.upper_bound(body) <= OFFLOAD_BOUND:
+            return self.count_request(body)
+        return await asyncio.to_thread(self.count_request, body)
+
+    def _fixed_tokens(self, body: Mapping[str, Any], measure: chat.Measure | None = None) -> int:
+        m = measure or self._enc.count
+        total = chat.REPLY_PRIMING + chat.response_format_tokens(body.get("response_format"), m)
+        for key, wrapped in (("tools", True), ("functions", False)):
+            defs = body.get(key)
+            if isinstance(defs, list) and defs:
+                total += chat.tools_tokens(defs, m, self._tools, wrapped=wrapped)
+        return total
+
+    def _messages_tokens(self, messages: Sequence[Message]) -> int:
+        keys = [self._key(m) for m in messages]
+        cached = self._cache.get_many(keys)
+        total, fresh = 0, []
+        for msg, key, hit in zip(messages, keys, cached, strict=True):
+            if hit is None:
+                hit = chat.message_tokens(msg, self._enc.count, self._image)
+                fresh.append((key, hit))
+            total += hit
+        if fresh:
+            self._cache.put_many(fresh)
+        return total
+
+    def _key(self, msg: Message) -> bytes:
+        try:
+            raw = orjson.dumps(msg)
+        except TypeError:
+            raw = repr(msg).encode()
+        return hashlib.blake2b(self._prefix + raw, digest_size=16).digest()
+
+    def _image(self, part: Mapping[str, Any]) -> int:
+        spec = part.get("image_url")
+        url = (
+            spec if isinstance(spec, str) else spec.get("url") if isinstance(spec, Mapping) else ""
+        )
+        detail = spec.get("detail", "auto") if isinstance(spec, Mapping) else "auto"
+        size = data_url_size(url) if isinstance(url, str) else None
+        return image_tokens(self._image_cost, size, str(detail))
+
+
+def _messages(body: Mapping[str, Any]) -> Sequence[Message]:
+    msgs = body.get("messages")
+    return [m for m in msgs if isinstance(m, Mapping)] if isinstance(msgs, list) else []
+
+
+class TokenCounter:
+    """Owns the encodings and the per-message cache; hands out ``ModelCounter``s."""
+
+    def __init__(self, cache_size: int, cache_dir: Path | None = None) -> None:
+        self._loader = EncodingLoader(cache_dir)
+        self._cache = CountCache(cache_size)
+        self._models: dict[tuple[str, str | None], ModelCounter] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def with_loader(cls, cache_size: int, loader: EncodingLoader) -> TokenCounter:
+        counter = cls(cache_size)
+        counter._loader = loader
+        return counter
+
+    def for_model(self, model: str, tokenizer: str | None = None) -> ModelCounter:
+        """The counter for ``model``; ``tokenizer`` (config or table) beats tiktoken's map."""
+        key = (model, tokenizer)
+        hit = self._models.get(key)
+        if hit is not None:
+            return hit
+        name, known = encoding_for(model, tokenizer)
+        enc = self._loader.get(name)
+        exact = known and enc.exact and enc.name in EXACT_ENCODINGS
+        counter = ModelCounter(model, enc, exact, self._cache)
+        with self._lock:
+            if len(self._models) >= _MAX_MODELS:
+                self._models.clear()
+            self._models[key] = counter
+        return counter
+
+    @property
+    def cached_messages(self) -> int:
+        return len(self._cache)
+
+
+def encoding_for(model: str, tokenizer: str | None = None) -> tuple[str, bool]:
+    """(encoding name, whether it is the model's own): config/table, then tiktoken's
+    model map (on the name and its provider-less forms), else o200k_base, not own."""
+    if tokenizer:
+        return tokenizer, tokenizer != ESTIMATE
+    for cand in candidates(model):
+        try:
+            return tiktoken.encoding_name_for_model(cand.name), True
+        except KeyError:
+            continue
+    return "o200k_base", False

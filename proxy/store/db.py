@@ -1,0 +1,37 @@
+"""Opening the SQLite file: private permissions, WAL, migrations applied."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from proxy.store.errors import StoreMissingError
+from proxy.store.migrations import migrate
+
+
+def connect(
+    path: str | Path, *, create: bool = True, busy_timeout_ms: int = 5000
+) -> sqlite3.Connection:
+    """An autocommit connection to ``path`` with WAL on and the schema up to date.
+
+    With ``create`` the directory is made 0700 and the file 0600 before SQLite
+    touches it (its -wal and -shm files inherit the file's mode). Without it, a
+    missing file raises :class:`StoreMissingError` instead of creating one.
+    """
+    path = Path(path)
+    if not path.exists():
+        if not create:
+            raise StoreMissingError(f"no store at {path}")
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        migrate(db)
+    except BaseException:
+        db.close()
+        raise
+    return db

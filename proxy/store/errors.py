@@ -1,0 +1,37 @@
+"""What reading or importing a store can fail with::
+
+StoreError
+ ├── StoreMissingError   no store file at the path given (also a FileNotFoundError)
+ ├── SessionNotFound     no session has this id, id prefix or client-chosen name
+ ├── AmbiguousSession    the prefix matches several sessions
+ ├── TurnNotFound        the session has no turn N
+ └── InvalidDocument     an import file is malformed; ``field`` names where
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of the store's errors."""
+
+
+class StoreMissingError(StoreError, FileNotFoundError):
+    pass
+
+
+class SessionNotFound(StoreError, LookupError):
+    pass
+
+
+class AmbiguousSession(StoreError, LookupError):
+    pass
+
+
+class TurnNotFound(StoreError, LookupError):
+    pass
+
+
+class InvalidDocument(StoreError, ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field

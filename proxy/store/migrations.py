@@ -1,0 +1,152 @@
+"""The SQLite schema, built by an ordered list of named migrations.
+
+Tables (see ``m001_initial``):
+
+``messages``
+    Every message (and every request's other parameters) exactly once:
+    ``hash`` is sha256 of the canonical JSON ``body``. ``id`` is the compact
+    handle the other tables use.
+``sessions``
+    A conversation: ``id`` (hex), ``workspace``, ``hint`` (an id the client chose,
+    unique per workspace), ``title``, ``parent_session``/``parent_turn`` when it
+    was forked off another conversation (an edited or regenerated turn), and
+    ``head_turn``, its latest turn.
+``turns``
+    One chat request. The history is stored incrementally: the first ``base_len``
+    messages of the *extended history* (history + reply) of turn ``base_turn``,
+    followed by ``tail``, a blob of 8-byte little-endian message ids. So a
+    500-turn conversation stores each message once plus a few ids per turn.
+    ``history_hash``/``ext_hash`` are the chain hashes (see ``canonical``) of the
+    history and of history + reply: threading looks them up. ``forwarded`` is
+    NULL when the request went upstream unchanged, else JSON ops over the history
+    (see ``forwarded``). ``decision``, ``usage``, ``error`` are JSON;
+    ``handoff_from`` is the previous turn's model when it differs.
+``session_messages``
+    Which session first stored which message: full-text search maps hits to sessions.
+``messages_fts``
+    FTS5 over message text (contentless, ``detail=none``: small); absent when
+    this SQLite lacks FTS5, and search falls back to LIKE.
+``calibration``
+    Token-count calibration, key → JSON.
+``_migrations``
+    The names of the migrations applied, in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def _script(db: sqlite3.Connection, sql: str) -> None:
+    """Run ``;``-separated statements inside the caller's transaction (unlike executescript)."""
+    for stmt in sql.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+
+
+def m001_initial(db: sqlite3.Connection) -> None:
+    _script(
+        db,
+        """
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            hash BLOB NOT NULL UNIQUE,
+            body BLOB NOT NULL
+        );
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            workspace TEXT NOT NULL,
+            hint TEXT,
+            title TEXT NOT NULL DEFAULT '',
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            parent_session TEXT,
+            parent_turn INTEGER,
+            head_turn INTEGER
+        );
+        CREATE UNIQUE INDEX sessions_hint ON sessions(workspace, hint) WHERE hint IS NOT NULL;
+        CREATE INDEX sessions_updated ON sessions(updated_at);
+        CREATE TABLE turns (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            workspace TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            model TEXT NOT NULL,
+            upstream TEXT NOT NULL,
+            status INTEGER NOT NULL,
+            latency_ms REAL NOT NULL,
+            streamed INTEGER NOT NULL,
+            cancelled INTEGER NOT NULL,
+            base_turn INTEGER,
+            base_len INTEGER NOT NULL,
+            tail BLOB NOT NULL,
+            n_messages INTEGER NOT NULL,
+            history_hash BLOB NOT NULL,
+            ext_hash BLOB,
+            reply_msg INTEGER,
+            params_msg INTEGER,
+            forwarded BLOB,
+            decision BLOB,
+            usage BLOB,
+            finish_reason TEXT,
+            error BLOB,
+            raw_response BLOB,
+            handoff_from TEXT
+        );
+        CREATE INDEX turns_session ON turns(session_id, seq);
+        CREATE INDEX turns_history ON turns(workspace, history_hash);
+        CREATE INDEX turns_ext ON turns(workspace, ext_hash) WHERE ext_hash IS NOT NULL;
+        CREATE TABLE session_messages (
+            message_id INTEGER NOT NULL,
+            session_id TEXT NOT NULL,
+            PRIMARY KEY (message_id, session_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE calibration (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+        """,
+    )
+
+
+def m002_fts(db: sqlite3.Connection) -> None:
+    # Without FTS5 in this SQLite build, search falls back to LIKE.
+    with contextlib.suppress(sqlite3.OperationalError):
+        db.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='', detail=none)")
+
+
+MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_fts)
+
+
+def migrate(db: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[str]:
+    """Apply the migrations not yet recorded, each in its own transaction; return their names.
+
+    ``db`` must be in autocommit mode (``isolation_level=None``). ``BEGIN IMMEDIATE``
+    makes two processes opening a fresh store at once apply each migration once.
+    """
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+    have = {row[0] for row in db.execute("SELECT name FROM _migrations")}
+    applied: list[str] = []
+    for fn in migrations:
+        if fn.__name__ in have:
+            continue  # readers reopening an up-to-date store take no write lock
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            done = db.execute("SELECT 1 FROM _migrations WHERE name = ?", (fn.__name__,))
+            if done.fetchone() is None:
+                fn(db)
+                db.execute("INSERT INTO _migrations VALUES (?, ?)", (fn.__name__, time.time()))
+                applied.append(fn.__name__)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    return applied
+
+
+def has_fts(db: sqlite3.Connection) -> bool:
+    row = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'").fetchone()
+    return row is not None

@@ -1,0 +1,299 @@
+"""Queries over a store, safe to run in another process while the proxy writes.
+
+Every method opens its own short-lived connection (WAL readers never block the
+writer), so one reader can serve several threads. Results are plain JSON-ready
+dicts: the CLI prints them, the HTTP API returns them.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.store import forwarded as fwd
+from proxy.store.db import connect
+from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
+from proxy.store.history import Memo, history_ids, load_messages
+from proxy.store.migrations import has_fts
+
+_SESSION_COLS = """s.id, s.workspace, s.hint, s.title, s.created_at, s.updated_at,
+    s.parent_session, s.parent_turn,
+    (SELECT COUNT(*) FROM turns WHERE session_id = s.id),
+    (SELECT GROUP_CONCAT(model, ',')
+     FROM (SELECT DISTINCT model FROM turns WHERE session_id = s.id)),
+    (SELECT COUNT(*) FROM turns WHERE session_id = s.id AND handoff_from IS NOT NULL),
+    (SELECT json_extract(decision, '$.tokens') FROM turns WHERE id = s.head_turn)"""
+
+
+def _session_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    return {
+        "id": r[0],
+        "workspace": r[1],
+        "name": r[2],
+        "title": r[3],
+        "started_at": r[4],
+        "last_turn_at": r[5],
+        "parent_session": r[6],
+        "parent_turn": r[7],
+        "turns": r[8],
+        "models": sorted((r[9] or "").split(",")) if r[9] else [],
+        "handoffs": r[10],
+        "tokens": r[11],
+    }
+
+
+def _loads(v: str | bytes | None) -> Any:
+    return None if v is None else orjson.loads(v)
+
+
+def search_terms(text: str) -> list[str]:
+    """The words of a search, as FTS5 tokenizes them (letters and digits)."""
+    return re.findall(r"[^\W_]+", text)
+
+
+class SqliteReader:
+    """Read-only access to a SQLite store (see :mod:`proxy.store.migrations`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = connect(self.path, create=False)
+        try:
+            db.execute("PRAGMA query_only = 1")
+            yield db
+        finally:
+            db.close()
+
+    def resolve(self, ref: str) -> str:
+        """The session id that ``ref`` names: an id, a unique id prefix, or a client's name."""
+        with self._db() as db:
+            return self._resolve(db, ref)
+
+    def _resolve(self, db: sqlite3.Connection, ref: str) -> str:
+        esc = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = db.execute(
+            "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 5", (esc + "%",)
+        ).fetchall()
+        exact = [r[0] for r in rows if r[0] == ref]
+        if exact:
+            return str(exact[0])
+        if len(rows) > 1:
+            ids = ", ".join(r[0] for r in rows)
+            raise AmbiguousSession(f"{ref!r} matches several sessions ({ids}); give more of the id")
+        if rows:
+            return str(rows[0][0])
+        named = db.execute("SELECT id FROM sessions WHERE hint = ?", (ref,)).fetchall()
+        if len(named) == 1:
+            return str(named[0][0])
+        if named:
+            raise AmbiguousSession(f"{ref!r} names sessions in several workspaces; use the id")
+        raise SessionNotFound(f"no session {ref!r}")
+
+    def list_sessions(
+        self,
+        *,
+        model: str | None = None,
+        since: float | None = None,
+        search: str | None = None,
+        workspace: str | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Sessions, latest first, filtered by model used, last activity and message text."""
+        where: list[str] = ["s.head_turn IS NOT NULL"]
+        args: list[Any] = []
+        if model:
+            where.append("s.id IN (SELECT session_id FROM turns WHERE model = ?)")
+            args.append(model)
+        if since is not None:
+            where.append("s.updated_at >= ?")
+            args.append(since)
+        if workspace:
+            where.append("s.workspace = ?")
+            args.append(workspace)
+        with self._db() as db:
+            if search:
+                where.append(
+                    "s.id IN (SELECT session_id FROM session_messages WHERE message_id IN "
+                    f"({self._search_sql(db)}))"
+                )
+                args.extend(self._search_args(db, search))
+            rows = db.execute(
+                f"SELECT {_SESSION_COLS} FROM sessions s WHERE {' AND '.join(where)}"
+                " ORDER BY s.updated_at DESC, s.id LIMIT ?",
+                [*args, limit],
+            ).fetchall()
+        return [_session_row(r) for r in rows]
+
+    @staticmethod
+    def _search_sql(db: sqlite3.Connection) -> str:
+        phrase = "instr(lower(m.body), lower(?)) > 0"
+        if not has_fts(db):
+            return f"SELECT m.id FROM messages m WHERE {phrase}"
+        return (
+            "SELECT m.id FROM messages m WHERE m.id IN (SELECT rowid FROM messages_fts"
+            f" WHERE messages_fts MATCH ?) AND {phrase}"
+        )
+
+    @staticmethod
+    def _search_args(db: sqlite3.Connection, text: str) -> list[str]:
+        needle = orjson.dumps(text).decode()[1:-1]  # as it appears inside the stored JSON
+        if not has_fts(db):
+            return [needle]
+        terms = search_terms(text) or [text]
+        match = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        return [match, needle]
+
+    def session(self, ref: str) -> dict[str, Any]:
+        """A session and its timeline: one row per turn."""
+        with self._db() as db:
+            sid = self._resolve(db, ref)
+            row = db.execute(f"SELECT {_SESSION_COLS} FROM sessions s WHERE s.id = ?", (sid,))
+            info = _session_row(row.fetchone())
+            rows = db.execute(
+                "SELECT seq, started_at, model, upstream, status, latency_ms, streamed, cancelled,"
+                " n_messages, decision, forwarded, usage, finish_reason, error, handoff_from"
+                " FROM turns WHERE session_id = ? ORDER BY seq",
+                (sid,),
+            ).fetchall()
+        info["timeline"] = [_timeline_row(r) for r in rows]
+        return info
+
+    def turn(self, ref: str, n: int) -> dict[str, Any]:
+        """Turn ``n`` (1-based) in full: history, forwarded messages, reply, decision."""
+        with self._db() as db:
+            sid = self._resolve(db, ref)
+            return self._turn(db, sid, n, {})
+
+    def turns(
+        self, ref: str, upto: int | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The session summary and its turns in full (up to turn ``upto``), for export."""
+        with self._db() as db:
+            sid = self._resolve(db, ref)
+            info = _session_row(
+                db.execute(
+                    f"SELECT {_SESSION_COLS} FROM sessions s WHERE s.id = ?", (sid,)
+                ).fetchone()
+            )
+            count = info["turns"] if upto is None else upto
+            if upto is not None and not 1 <= upto <= info["turns"]:
+                raise TurnNotFound(f"session {sid} has turns 1..{info['turns']}, not {upto}")
+            memo: Memo = {}
+            return info, [self._turn(db, sid, n, memo) for n in range(1, count + 1)]
+
+    def _turn(self, db: sqlite3.Connection, sid: str, n: int, memo: Memo) -> dict[str, Any]:
+        row = db.execute(
+            "SELECT id, seq, started_at, model, upstream, status, latency_ms, streamed, cancelled,"
+            " n_messages, decision, forwarded, usage, finish_reason, error, handoff_from,"
+            " reply_msg, params_msg, raw_response FROM turns WHERE session_id = ? AND seq = ?",
+            (sid, n),
+        ).fetchone()
+        if row is None:
+            raise TurnNotFound(f"session {sid} has no turn {n}")
+        ids = history_ids(db, row[0], memo)
+        ops = _loads(row[11])
+        extra = [x for x in (row[16], row[17]) if x is not None]
+        inserts = [op for op in ops or () if isinstance(op, int)]
+        bodies = load_messages(db, [*ids, *extra, *inserts])
+        history = [orjson.loads(bodies[i]) for i in ids]
+        out = _timeline_row(row[1:16])
+        out["session_id"] = sid
+        out["history"] = history
+        out["forwarded"] = (
+            None if ops is None else fwd.decode(ops, history, lambda i: orjson.loads(bodies[i]))
+        )
+        out["forwarded_ops"] = ops
+        out["reply"] = orjson.loads(bodies[row[16]]) if row[16] is not None else None
+        out["request_params"] = orjson.loads(bodies[row[17]]) if row[17] is not None else {}
+        out["raw_response"] = None if row[18] is None else bytes(row[18]).decode("utf-8", "replace")
+        return out
+
+    def diff(self, ref: str, n: int) -> dict[str, Any]:
+        """Original history against what the model was sent: keep/drop/insert entries."""
+        t = self.turn(ref, n)
+        history, ops = t["history"], t["forwarded_ops"]
+        if ops is None:
+            entries = [{"op": "keep", "index": i, "message": m} for i, m in enumerate(history)]
+        else:
+            inserted = iter(m for m, op in zip(t["forwarded"], _expand(ops), strict=True) if op)
+            entries = []
+            for e in fwd.diff(ops, len(history)):
+                if e["op"] == "insert":
+                    entries.append({"op": "insert", "index": None, "message": next(inserted)})
+                else:
+                    entries.append({**e, "message": history[e["index"]]})
+        return {
+            "session_id": t["session_id"],
+            "turn": n,
+            "model": t["model"],
+            "unchanged": ops is None,
+            "entries": entries,
+        }
+
+    def load_calibration(self) -> dict[str, Any]:
+        with self._db() as db:
+            return {k: orjson.loads(v) for k, v in db.execute("SELECT key, value FROM calibration")}
+
+
+def _expand(ops: list[fwd.Op]) -> list[bool]:
+    """One flag per forwarded message: True where it is an insert."""
+    out: list[bool] = []
+    for op in ops:
+        out.extend([False] * op[1] if isinstance(op, list) else [True])
+    return out
+
+
+def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    (
+        seq,
+        started,
+        model,
+        upstream,
+        status,
+        latency,
+        streamed,
+        cancelled,
+        n_messages,
+        decision,
+        forwarded,
+        usage,
+        finish,
+        error,
+        handoff_from,
+    ) = r
+    d = _loads(decision) or {}
+    ops = _loads(forwarded)
+    entries = fwd.diff(ops, n_messages) if ops is not None else []
+    return {
+        "turn": seq,
+        "started_at": started,
+        "model": model,
+        "upstream": upstream,
+        "status": status,
+        "latency_ms": latency,
+        "streamed": bool(streamed),
+        "cancelled": bool(cancelled),
+        "messages": n_messages,
+        "action": d.get("action"),
+        "window": d.get("window"),
+        "budget": d.get("budget"),
+        "tokens": d.get("tokens"),
+        "forwarded_tokens": d.get("forwarded_tokens"),
+        "exact": d.get("exact"),
+        "policies": d.get("policies", []),
+        "decision": d or None,
+        "dropped": sum(e["op"] == "drop" for e in entries),
+        "inserted": sum(e["op"] == "insert" for e in entries),
+        "usage": _loads(usage),
+        "finish_reason": finish,
+        "error": _loads(error),
+        "handoff": {"from": handoff_from, "to": model} if handoff_from else None,
+    }

@@ -1,0 +1,107 @@
+"""Retention: delete old sessions, keep the file under a size cap, collect garbage.
+
+Deleting a session must not break the ones forked from it (their first turn's
+history starts in the parent), so those turns are first rewritten to hold their
+whole history themselves. Messages no remaining turn refers to are then deleted,
+from the FTS index too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+
+import orjson
+
+from proxy.store.history import history_ids
+from proxy.store.migrations import has_fts
+from proxy.store.write import message_text, pack_ids, unpack_ids
+
+
+def delete_sessions(db: sqlite3.Connection, session_ids: Sequence[str]) -> int:
+    """Delete sessions and their turns (inside the caller's transaction); return the count."""
+    doomed = set(session_ids)
+    if not doomed:
+        return 0
+    marks = ",".join("?" * len(doomed))
+    ids = list(doomed)
+    dependants = db.execute(
+        f"""SELECT t.id FROM turns t JOIN turns b ON b.id = t.base_turn
+            WHERE b.session_id IN ({marks}) AND t.session_id NOT IN ({marks})""",
+        ids + ids,
+    ).fetchall()
+    for (tid,) in dependants:
+        full = history_ids(db, tid)
+        db.execute(
+            "UPDATE turns SET base_turn = NULL, base_len = 0, tail = ? WHERE id = ?",
+            (pack_ids(full), tid),
+        )
+    db.execute(
+        f"UPDATE sessions SET parent_session = NULL, parent_turn = NULL"
+        f" WHERE parent_session IN ({marks})",
+        ids,
+    )
+    db.execute(f"DELETE FROM turns WHERE session_id IN ({marks})", ids)
+    db.execute(f"DELETE FROM session_messages WHERE session_id IN ({marks})", ids)
+    db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", ids)
+    collect_garbage(db)
+    return len(doomed)
+
+
+def collect_garbage(db: sqlite3.Connection) -> int:
+    """Delete messages that no turn refers to; return how many."""
+    live: set[int] = set()
+    for tail, reply, params, forwarded in db.execute(
+        "SELECT tail, reply_msg, params_msg, forwarded FROM turns"
+    ):
+        live.update(unpack_ids(tail))
+        live.update(x for x in (reply, params) if x is not None)
+        if forwarded:
+            live.update(op for op in orjson.loads(forwarded) if isinstance(op, int))
+    fts = has_fts(db)
+    dead = [
+        (mid, body) for mid, body in db.execute("SELECT id, body FROM messages") if mid not in live
+    ]
+    for mid, body in dead:
+        if fts:
+            text = message_text(orjson.loads(body)) if body.startswith(b'{"') else ""
+            if text:
+                db.execute(
+                    "INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', ?, ?)",
+                    (mid, text),
+                )
+        db.execute("DELETE FROM messages WHERE id = ?", (mid,))
+        db.execute("DELETE FROM session_messages WHERE message_id = ?", (mid,))
+    return len(dead)
+
+
+def prune(db: sqlite3.Connection, older_than_s: float, now: float | None = None) -> int:
+    """Delete sessions whose last turn is older than ``older_than_s``; return the count."""
+    cutoff = (time.time() if now is None else now) - older_than_s
+    rows = db.execute("SELECT id FROM sessions WHERE updated_at < ?", (cutoff,)).fetchall()
+    return delete_sessions(db, [r[0] for r in rows])
+
+
+def used_bytes(db: sqlite3.Connection) -> int:
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    free = db.execute("PRAGMA freelist_count").fetchone()[0]
+    size: int = db.execute("PRAGMA page_size").fetchone()[0]
+    return int((pages - free) * size)
+
+
+def enforce_max_bytes(db: sqlite3.Connection, max_bytes: int) -> int:
+    """Delete the least recently updated sessions until the data fits ``max_bytes``."""
+    deleted = 0
+    while used_bytes(db) > max_bytes:
+        row = db.execute("SELECT id FROM sessions ORDER BY updated_at, id LIMIT 1").fetchone()
+        if row is None:
+            break
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            deleted += delete_sessions(db, [row[0]])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    return deleted

@@ -81,7 +81,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "to serve unrecorded. See /healthz for the store's error."
         )
     started, t0 = time.time(), time.perf_counter()
-    plan = await svc.planner.plan(req, up)
+    plan = await svc.planner.plan(req, up, client_headers=request.headers)
     turn = _Turn()
     try:
         return await _exchange(request, svc, req, up, plan, turn)
@@ -120,7 +120,9 @@ async def _exchange(
             if limit is not None and not turn.retried and up.compress:
                 turn.retried = True
                 log.warning("upstream_context_overflow", limit=limit, retrying=True)
-                plan = await svc.planner.plan(req, up, hard_limit=limit)
+                plan = await svc.planner.plan(
+                    req, up, hard_limit=limit, client_headers=request.headers
+                )
                 continue
             _fill_from_json(turn, resp.status, body)
             turn.bytes_out = len(body)

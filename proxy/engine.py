@@ -12,7 +12,14 @@ from proxy.upstreams import Upstream
 
 
 class Engine:
-    async def plan(self, req: ChatRequest, up: Upstream, *, hard_limit: int | None = None) -> Plan:
+    async def plan(
+        self,
+        req: ChatRequest,
+        up: Upstream,
+        *,
+        hard_limit: int | None = None,
+        client_headers: object = None,
+    ) -> Plan:
         return Plan(body=req.raw, decision=Decision(action="passthrough"))
 
     def observe(self, req: ChatRequest, plan: Plan, usage: object) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Protocol
 
 import aiohttp
@@ -22,6 +23,7 @@ class Plan:
     decision: Decision | None = None
     forwarded: list[dict[str, object]] | None = None  # messages, when rewritten
     headers: dict[str, str] | None = None  # x-handoff-* response headers
+    raw_tokens: int | None = None  # our uncorrected count of what is sent (calibration)
 
     @property
     def response_headers(self) -> dict[str, str]:
@@ -31,8 +33,17 @@ class Plan:
 class Planner(Protocol):
     """Decides migrate or compress (the decision engine implements this)."""
 
-    async def plan(self, req: ChatRequest, up: Upstream, *, hard_limit: int | None = None) -> Plan:
-        """``hard_limit``: the upstream's true window, learned from its error, for a retry."""
+    async def plan(
+        self,
+        req: ChatRequest,
+        up: Upstream,
+        *,
+        hard_limit: int | None = None,
+        client_headers: Mapping[str, str] | None = None,
+    ) -> Plan:
+        """``hard_limit``: the upstream's true window (0: unknown), learned from its
+        context-length error, for the one retry. ``client_headers`` carry the key a
+        summarizer call on the same upstream needs."""
 
     def observe(self, req: ChatRequest, plan: Plan, usage: object) -> None:
         """Learn from the upstream's usage figures (calibration)."""

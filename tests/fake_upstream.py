@@ -449,6 +449,9 @@ class FakeUpstream:
     Tests tune attributes between requests: ``chunk_delay`` (seconds between SSE events),
     ``stream_chunks`` (pieces per content), ``fault`` (applies to every chat request),
     ``inject(...)`` (faults for the next chat requests), ``context_error_style``.
+    Faults hit chat requests only, so a proxy's model discovery cannot use them up.
+    Tests read ``requests``, ``cancelled`` (requests whose client left mid-answer) and
+    ``frames_sent`` (SSE frames written so far, over all streams).
     """
 
     def __init__(
@@ -477,6 +480,7 @@ class FakeUpstream:
         self.faults: deque[Fault] = deque()
         self.requests: list[RecordedRequest] = []
         self.cancelled: list[RecordedRequest] = []
+        self.frames_sent = 0
         self.url = ""
         self._stop: Callable[[], Awaitable[None]] | None = None
         self._changed = asyncio.Event()
@@ -662,6 +666,7 @@ class FakeUpstream:
             if i and self.chunk_delay:
                 await self._pause(request, self.chunk_delay)
             await response.write(frame)
+            self.frames_sent += 1
         await response.write_eof()
         return response
 

@@ -34,6 +34,12 @@ class CutState:
     """The summary that replaced them, if the summarize policy wrote one."""
     prefix_hash: str = ""
     """Hash of the replaced original messages, to check the history still starts so."""
+    policy: str = ""
+    """Name of the policy that made the cut, so only it reuses the cut next turn."""
+    elided_upto: int = 0
+    """Tool results (and arguments) before this message index were elided, if big enough."""
+    elided_hash: str = ""
+    """Hash of the messages before ``elided_upto``, to check the history still starts so."""
 
 
 @dataclass(frozen=True, slots=True)

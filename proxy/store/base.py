@@ -71,3 +71,36 @@ class Store(Protocol):
 
     async def close(self) -> None:
         """Drain everything queued, then close."""
+
+
+class StoreReader(Protocol):
+    """Read-only queries (CLI, ``/handoff/v1``), usable while a proxy writes.
+
+    Sessions are named by id, unique id prefix, or the client's own name; lookups
+    raise :class:`proxy.store.errors.SessionNotFound` / ``AmbiguousSession`` /
+    ``TurnNotFound``. Results are JSON-ready dicts.
+    """
+
+    def resolve(self, ref: str) -> str: ...
+
+    def list_sessions(
+        self,
+        *,
+        model: str | None = None,
+        since: float | None = None,
+        search: str | None = None,
+        workspace: str | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]: ...
+
+    def session(self, ref: str) -> dict[str, Any]: ...
+
+    def turn(self, ref: str, n: int) -> dict[str, Any]: ...
+
+    def turns(
+        self, ref: str, upto: int | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]: ...
+
+    def diff(self, ref: str, n: int) -> dict[str, Any]: ...
+
+    def load_calibration(self) -> dict[str, Any]: ...

@@ -62,20 +62,25 @@ def decode(ops: Sequence[Op], original: Sequence[T], inserted: Callable[[int], T
 
 
 def diff(ops: Sequence[Op], n_original: int) -> list[dict[str, Any]]:
-    """Entries in forwarded order, with dropped originals placed where they were.
+    """Entries in forwarded order, dropped originals placed where they were.
 
     Each entry is ``{"op": "keep"|"drop", "index": i}`` (an original position) or
-    ``{"op": "insert", "ref": n}``.
+    ``{"op": "insert", "ref": n}``. Drops come before the inserts that follow them,
+    so a summary reads as replacing what it summarises.
     """
     out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
     nxt = 0
     for op in ops:
         if isinstance(op, list):
             start, count = op
             out.extend({"op": "drop", "index": i} for i in range(nxt, start))
+            out.extend(pending)
+            pending = []
             out.extend({"op": "keep", "index": i} for i in range(start, start + count))
             nxt = max(nxt, start + count)
         else:
-            out.append({"op": "insert", "ref": op})
+            pending.append({"op": "insert", "ref": op})
     out.extend({"op": "drop", "index": i} for i in range(nxt, n_original))
+    out.extend(pending)
     return out

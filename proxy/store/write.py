@@ -142,8 +142,15 @@ def _thread(
     turn: TurnRecord,
     messages: Sequence[Mapping[str, Any]],
     hashes: Sequence[bytes],
+    into: str | None = None,
 ) -> tuple[str, Match | None, str | None]:
     """(session id, the turn this one builds on, the previous turn's model)."""
+    if into is not None:  # an import: the session exists, the turns go into it in order
+        row = db.execute(
+            "SELECT t.model FROM sessions s LEFT JOIN turns t ON t.id = s.head_turn WHERE s.id = ?",
+            (into,),
+        ).fetchone()
+        return into, find_match(db, turn.workspace, hashes, into), row[0] if row else None
     if turn.session_hint:
         row = db.execute(
             "SELECT s.id, t.model FROM sessions s LEFT JOIN turns t ON t.id = s.head_turn"
@@ -167,14 +174,19 @@ def _json(obj: Any) -> str | None:
     return None if obj is None else orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-def write_turn(db: sqlite3.Connection, turn: TurnRecord, *, redact: bool, fts: bool) -> int:
-    """Insert ``turn`` (inside the caller's transaction) and return its id."""
+def write_turn(
+    db: sqlite3.Connection, turn: TurnRecord, *, redact: bool, fts: bool, into: str | None = None
+) -> int:
+    """Insert ``turn`` (inside the caller's transaction) and return its id.
+
+    ``into`` forces the session (imports); otherwise the threading rules decide.
+    """
     clean: Any = redact_json if redact else (lambda x: x)
     messages = [clean(m) for m in turn.messages]
     bodies = [canonical(m) for m in messages]
     digests = [digest(b) for b in bodies]
     hashes = chain(digests)
-    session_id, base, prev_model = _thread(db, turn, messages, hashes)
+    session_id, base, prev_model = _thread(db, turn, messages, hashes, into)
     base_len = base.length if base else 0
     tail = [put_message(db, bodies[i], digests[i], fts) for i in range(base_len, len(bodies))]
     history_hash = hashes[-1] if hashes else EMPTY_HISTORY

@@ -1,0 +1,297 @@
+"""``handoff sessions …``: browse, compare, export, import and prune snapshots.
+
+Each subcommand takes ``--store PATH`` (default: the configured store) and
+``--json``. Sessions are named by id, a unique id prefix, or the client's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from proxy.config import load_settings
+from proxy.store import admin
+from proxy.store.errors import InvalidDocument, StoreError
+from proxy.store.export import FORMATS, export
+from proxy.store.read import SqliteReader
+from proxy.store.write import message_text
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30d``, ``12h``, ``90m``, ``2w``, ``45s``."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration like 30d, 12h or 90m")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """A unix time from a duration ago (``7d``) or an ISO date/time (UTC if no zone)."""
+    try:
+        return (time.time() if now is None else now) - parse_duration(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a duration (7d) or an ISO date (2025-01-31)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``sessions`` and its subcommands."""
+    parser = subparsers.add_parser("sessions", help="browse and export recorded conversations")
+    parser.set_defaults(func=run)
+    sub = parser.add_subparsers(dest="sessions_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="PATH", help="the store file (default: from config)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    p = sub.add_parser("list", parents=[common], help="list sessions, latest first")
+    p.add_argument("--model", help="only sessions that used this model")
+    p.add_argument("--since", type=parse_since, help="active since: 7d, 12h or an ISO date")
+    p.add_argument("--search", metavar="TEXT", help="full-text search over message content")
+    p.add_argument("--workspace", help="only this workspace")
+    p.add_argument("--limit", type=int, default=100)
+    p = sub.add_parser("show", parents=[common], help="a session's timeline, or one turn")
+    p.add_argument("id")
+    p.add_argument("--turn", type=int, metavar="N", help="show turn N in full")
+    p = sub.add_parser("diff", parents=[common], help="original history vs what was sent")
+    p.add_argument("id")
+    p.add_argument("--turn", type=int, metavar="N", required=True)
+    p = sub.add_parser("export", parents=[common], help="export a session")
+    p.add_argument("id")
+    p.add_argument("--turn", type=int, metavar="N", help="export up to turn N")
+    p.add_argument("--format", choices=FORMATS, default="portable")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p = sub.add_parser("import", parents=[common], help="load a portable export")
+    p.add_argument("file")
+    p = sub.add_parser("prune", parents=[common], help="delete old sessions")
+    p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
+
+
+def _store_path(args: argparse.Namespace) -> Path:
+    if args.store:
+        return Path(args.store).expanduser()
+    return load_settings(getattr(args, "config", None)).store_path()
+
+
+def _console() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200, soft_wrap=True)
+    return console
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch a ``sessions`` subcommand; exit 1 on lookup errors, 2 on bad input."""
+    path = _store_path(args)
+    try:
+        return _COMMANDS[args.sessions_command](args, path)
+    except InvalidDocument as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except StoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+def _list(args: argparse.Namespace, path: Path) -> int:
+    rows = SqliteReader(path).list_sessions(
+        model=args.model,
+        since=args.since,
+        search=args.search,
+        workspace=args.workspace,
+        limit=args.limit,
+    )
+    if args.json:
+        _print_json(rows)
+        return 0
+    table = Table(
+        "id", "workspace", "started", "last turn", "turns", "models", "handoffs", "tokens", "title"
+    )
+    for r in rows:
+        table.add_row(
+            r["id"],
+            r["workspace"],
+            _when(r["started_at"]),
+            _when(r["last_turn_at"]),
+            str(r["turns"]),
+            ", ".join(r["models"]),
+            str(r["handoffs"]),
+            "" if r["tokens"] is None else str(r["tokens"]),
+            r["title"][:40],
+        )
+    _console().print(table)
+    return 0
+
+
+def _n(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def _show(args: argparse.Namespace, path: Path) -> int:
+    reader = SqliteReader(path)
+    if args.turn is not None:
+        return _show_turn(reader.turn(args.id, args.turn), args.json)
+    info = reader.session(args.id)
+    if args.json:
+        _print_json(info)
+        return 0
+    console = _console()
+    parent = f" · forked from {info['parent_session']}" if info["parent_session"] else ""
+    console.print(f"session {info['id']} · {info['workspace']} · {info['title']}{parent}")
+    table = Table(
+        "turn",
+        "time",
+        "model",
+        "decision",
+        "tokens",
+        "sent",
+        "window",
+        "dropped",
+        "inserted",
+        "policies",
+        "status",
+        "handoff",
+    )
+    for t in info["timeline"]:
+        status = "cancelled" if t["cancelled"] else _n(t["status"])
+        handoff = f"⇄ {t['handoff']['from']} → {t['handoff']['to']}" if t["handoff"] else ""
+        table.add_row(
+            str(t["turn"]),
+            _when(t["started_at"]),
+            t["model"],
+            _n(t["action"]),
+            _n(t["tokens"]),
+            _n(t["forwarded_tokens"]),
+            _n(t["window"]),
+            str(t["dropped"]),
+            str(t["inserted"]),
+            ", ".join(t["policies"]),
+            status,
+            handoff,
+        )
+    console.print(table)
+    return 0
+
+
+def _brief(m: Mapping[str, Any], width: int = 160) -> str:
+    text = " ".join(message_text(m).split())
+    return f"{m.get('role', '?')}: {text[:width]}" + ("…" if len(text) > width else "")
+
+
+def _show_turn(t: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        _print_json(t)
+        return 0
+    console = _console()
+    console.print(
+        f"session {t['session_id']} · turn {t['turn']} · {t['model']} via "
+        f"{t['upstream']} · status {t['status']} · {t['latency_ms']:.0f} ms"
+    )
+    if t["handoff"]:
+        console.print(f"handoff: {t['handoff']['from']} → {t['handoff']['to']}")
+    if t["decision"]:
+        console.print("decision: " + orjson.dumps(t["decision"]).decode(), markup=False)
+    console.print(f"\noriginal history ({len(t['history'])} messages):")
+    for i, m in enumerate(t["history"]):
+        console.print(f"  [{i}] {_brief(m)}", markup=False)
+    if t["forwarded"] is None:
+        console.print("\nforwarded: unchanged")
+    else:
+        console.print(f"\nforwarded ({len(t['forwarded'])} messages):")
+        for i, m in enumerate(t["forwarded"]):
+            console.print(f"  [{i}] {_brief(m)}", markup=False)
+    reply = t["reply"]
+    console.print("\nreply: " + (_brief(reply, 2000) if reply else "(none)"), markup=False)
+    if t["error"]:
+        console.print("error: " + orjson.dumps(t["error"]).decode(), markup=False)
+    return 0
+
+
+def _diff(args: argparse.Namespace, path: Path) -> int:
+    d = SqliteReader(path).diff(args.id, args.turn)
+    if args.json:
+        _print_json(d)
+        return 0
+    console = _console()
+    note = " (sent unchanged)" if d["unchanged"] else ""
+    console.print(f"session {d['session_id']} · turn {d['turn']} · {d['model']}{note}")
+    marks = {"keep": (" ", ""), "drop": ("-", "red"), "insert": ("+", "green")}
+    for e in d["entries"]:
+        sign, style = marks[e["op"]]
+        where = f"[{e['index']}]" if e["index"] is not None else "[new]"
+        console.print(f"{sign} {where} {_brief(e['message'])}", style=style or None, markup=False)
+    return 0
+
+
+def _export(args: argparse.Namespace, path: Path) -> int:
+    out = export(SqliteReader(path), args.id, args.format, args.turn)
+    text = out if isinstance(out, str) else orjson.dumps(out, option=orjson.OPT_INDENT_2).decode()
+    if args.output:
+        Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"))
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+    return 0
+
+
+def _import(args: argparse.Namespace, path: Path) -> int:
+    try:
+        doc = orjson.loads(Path(args.file).read_bytes())
+    except OSError as e:
+        raise InvalidDocument(args.file, f"cannot read: {e.strerror}") from None
+    except orjson.JSONDecodeError as e:
+        raise InvalidDocument(args.file, f"not valid JSON: {e}") from None
+    sid = admin.import_document(path, doc)
+    if args.json:
+        _print_json({"imported": sid})
+    else:
+        print(f"imported {sid}")
+    return 0
+
+
+def _prune(args: argparse.Namespace, path: Path) -> int:
+    count = admin.prune(path, args.older_than)
+    if args.json:
+        _print_json({"deleted_sessions": count})
+    else:
+        print(f"deleted {count} session(s)")
+    return 0
+
+
+_COMMANDS = {
+    "list": _list,
+    "show": _show,
+    "diff": _diff,
+    "export": _export,
+    "import": _import,
+    "prune": _prune,
+}

@@ -1,0 +1,101 @@
+"""Writes the CLI makes directly (not through the proxy's queue): import and prune.
+
+Both open their own connection and take SQLite's write lock for one short
+transaction, so they are safe while a proxy is writing the same file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from proxy.store import portable, retention
+from proxy.store.base import Decision, TurnRecord
+from proxy.store.db import connect
+from proxy.store.errors import InvalidDocument
+from proxy.store.migrations import has_fts
+from proxy.store.write import write_turn
+
+
+@contextmanager
+def _transaction(path: str | Path) -> Iterator[sqlite3.Connection]:
+    db = connect(path)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+    finally:
+        db.close()
+
+
+def _decision(d: Mapping[str, Any] | None) -> Decision | None:
+    if d is None:
+        return None
+    known = {k: d[k] for k in Decision.__dataclass_fields__ if k in d}
+    known["policies"] = tuple(known.get("policies", ()))
+    known["steps"] = tuple(known.get("steps", ()))
+    return Decision(**known)
+
+
+def import_document(path: str | Path, doc: Any, *, redact: bool = False) -> str:
+    """Load a portable document into the store as a new session; return its id.
+
+    Raises :class:`InvalidDocument` (naming the field) if the document is
+    malformed or its conversation is already in the store.
+    """
+    doc = portable.validate(doc)
+    sid = doc["conversation_id"]
+    with _transaction(path) as db:
+        if db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
+            raise InvalidDocument("conversation_id", f"{sid!r} is already in this store")
+        hint = doc.get("name")
+        if (
+            hint
+            and db.execute(
+                "SELECT 1 FROM sessions WHERE workspace = ? AND hint = ?", (doc["workspace"], hint)
+            ).fetchone()
+        ):
+            hint = None
+        first = doc["turns"][0]["started_at"]
+        db.execute(
+            "INSERT INTO sessions (id, workspace, hint, title, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (sid, doc["workspace"], hint, doc["title"], first, first),
+        )
+        fts = has_fts(db)
+        for t in doc["turns"]:
+            history = portable.turn_history(doc, t)
+            record = TurnRecord(
+                workspace=doc["workspace"],
+                started_at=t["started_at"],
+                model=t["model"],
+                upstream=t["upstream"],
+                messages=history,
+                status=t["status"],
+                latency_ms=t["latency_ms"],
+                streamed=t["streamed"],
+                decision=_decision(t["decision"]),
+                forwarded=portable.turn_forwarded(t, history),
+                reply=t["reply"],
+                usage=t["usage"],
+                finish_reason=t["finish_reason"],
+                error=t["error"],
+                cancelled=t["cancelled"],
+                request_params=t["request_params"],
+            )
+            tid = write_turn(db, record, redact=redact, fts=fts, into=sid)
+            db.execute("UPDATE turns SET handoff_from = ? WHERE id = ?", (t["handoff_from"], tid))
+    return str(sid)
+
+
+def prune(path: str | Path, older_than_s: float, now: float | None = None) -> int:
+    """Delete sessions idle for longer than ``older_than_s``; return how many."""
+    with _transaction(path) as db:
+        return retention.prune(db, older_than_s, now)

@@ -142,7 +142,7 @@ class EncodingLoader:
             self._environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir)
         try:
             return tiktoken.get_encoding(name)
-        except (ValueError, OSError) as e:
+        except Exception as e:  # a tokenizer must never fail a request
             structlog.get_logger(__name__).warning(
                 "tokenizer_load_failed", encoding=name, error=str(e)
             )

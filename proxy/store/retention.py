@@ -91,15 +91,33 @@ def used_bytes(db: sqlite3.Connection) -> int:
 
 
 def enforce_max_bytes(db: sqlite3.Connection, max_bytes: int) -> int:
-    """Delete the least recently updated sessions until the data fits ``max_bytes``."""
+    """Delete the least recently updated sessions until the data fits ``max_bytes``.
+
+    Sessions go in batches sized by the content they first stored, and the FTS
+    index is then merged (its deletes are tombstones until it is).
+    """
     deleted = 0
-    while used_bytes(db) > max_bytes:
-        row = db.execute("SELECT id FROM sessions ORDER BY updated_at, id LIMIT 1").fetchone()
-        if row is None:
+    while (over := (used := used_bytes(db)) - max_bytes) > 0:
+        content = db.execute("SELECT COALESCE(SUM(length(body)), 0) FROM messages").fetchone()[0]
+        target = over * min(1.0, content / used) if used else over  # indexes cost bytes too
+        rows = db.execute(
+            """SELECT s.id, (SELECT COALESCE(SUM(length(m.body)), 0) FROM session_messages sm
+                            JOIN messages m ON m.id = sm.message_id WHERE sm.session_id = s.id)
+               FROM sessions s ORDER BY s.updated_at, s.id"""
+        ).fetchall()
+        if not rows:
             break
+        batch, freed = [], 0
+        for sid, size in rows:
+            batch.append(sid)
+            freed += size
+            if freed >= target:
+                break
         db.execute("BEGIN IMMEDIATE")
         try:
-            deleted += delete_sessions(db, [row[0]])
+            deleted += delete_sessions(db, batch)
+            if has_fts(db):
+                db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

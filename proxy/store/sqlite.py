@@ -118,8 +118,10 @@ class SqliteStore:
 
     def open(self) -> None:
         """Start the writer thread (synchronous form of :meth:`start`)."""
-        if self._thread is not None:
+        if self._thread is not None and self._thread.is_alive():
             return
+        with self._cond:
+            self._state.closing = False
         self._thread = threading.Thread(target=self._run, name="handoff-store", daemon=True)
         self._thread.start()
 

@@ -49,7 +49,7 @@ NOT_JSON_BODY = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 # ---------------------------------------------------------------- errors
 
 
-@dataclass(frozen=True)
+@dataclass
 class ApiError(Exception):
     """An error answer: status and JSON body, shaped like the upstream it imitates."""
 
@@ -227,6 +227,9 @@ def validate_chat(body: Any) -> JSON:
     for i, message in enumerate(messages):
         _check_message(i, message)
     check_tool_pairing(messages)
+    if body.get("stream_options") is not None and body.get("stream") is not True:
+        text = "The 'stream_options' parameter is only allowed when 'stream' is enabled."
+        raise openai_error(text, param="stream_options")
     return body
 
 

@@ -231,6 +231,12 @@ async def test_paired_tool_conversation_is_accepted(client: AsyncOpenAI) -> None
             "messages[0].content",
             "missing_required_parameter",
         ),
+        (
+            b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], '
+            b'"stream_options": {"include_usage": true}}',
+            "stream_options",
+            None,
+        ),
     ],
 )
 async def test_bad_bodies_get_openai_400s(

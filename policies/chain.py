@@ -103,7 +103,8 @@ async def compress(
         if ctx.count(run.messages) <= ctx.budget:
             break
     else:
-        for last in (Truncate(), Oversized()):
+        has_cut = any(isinstance(p, Truncate) for p in chain)
+        for last in (Oversized(),) if has_cut else (Truncate(), Oversized()):
             if ctx.count(run.messages) > ctx.budget:
                 run.add(last.name, await last.apply(run.messages, ctx))
     after = ctx.count(run.messages)

@@ -81,7 +81,9 @@ class ModelCounter:
         self._cache = cache
         self._image_cost: ImageCost = cost_for_model(model)
         self._tools = chat.O200K_TOOLS if enc.name.startswith("o200k") else chat.CL100K_TOOLS
-        self._prefix = f"{enc.name}|{self._image_cost}|".encode()
+        # Counts depend on encoding and image pricing: both salt the message hash.
+        profile = f"{enc.name}|{self._image_cost}".encode()
+        self._salt = hashlib.blake2b(profile, digest_size=16).digest()
 
     def count_text(self, text: str) -> int:
         return self._enc.count(text)
@@ -142,7 +144,7 @@ class ModelCounter:
             raw = orjson.dumps(msg)
         except TypeError:
             raw = repr(msg).encode()
-        return hashlib.blake2b(self._prefix + raw, digest_size=16).digest()
+        return hashlib.blake2b(raw, digest_size=16, salt=self._salt).digest()
 
     def _image(self, part: Mapping[str, Any]) -> int:
         spec = part.get("image_url")

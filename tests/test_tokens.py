@@ -322,9 +322,9 @@ async def test_async_count_matches_sync(counter: TokenCounter) -> None:
 
 # ---------------------------------------------------------------- fast-path bound
 
-texts = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60
-) | st.sampled_from(["<|endoftext|>", "   \n\n  ", "🙂🙂🙂", "日本語のテキスト", "a" * 50])
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.sampled_from(
+    ["<|endoftext|>", "   \n\n  ", "🙂🙂🙂", "日本語のテキスト", "a" * 50]
+)
 image_parts = st.builds(
     lambda w, h, detail, remote: {
         "type": "image_url",

@@ -1,0 +1,83 @@
+"""``chart.svg`` from the result rows, as hand-written SVG (no plotting dependency).
+
+Two panels of horizontal bars: ratios to the baseline (target marked per bar) and
+milliseconds added over the bare forwarder (the 1 ms budget marked).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from html import escape
+
+from bench.measure import Row
+
+WIDTH, LABEL, BAR_H, GAP = 760, 300, 18, 8
+COLOURS = {True: "#2e7d32", False: "#c62828", None: "#757575"}
+
+
+def target_value(target: str) -> float | None:
+    """The number in a target such as ``≥ 0.8x`` or ``≤ 1 ms added``."""
+    m = re.search(r"(\d+(?:\.\d+)?)", target)
+    return float(m.group(1)) if m else None
+
+
+def _panel(title: str, rows: Sequence[Row], top: int, unit: str) -> tuple[list[str], int]:
+    values = [abs(r.figure or 0.0) for r in rows] + [target_value(r.target) or 0 for r in rows]
+    scale_max = max([*values, 1e-9]) * 1.15
+    span = WIDTH - LABEL - 90
+    out = [f'<text x="10" y="{top + 14}" class="title">{escape(title)}</text>']
+    y = top + 26
+    zero = LABEL
+    for r in rows:
+        value = r.figure or 0.0
+        w = max(1.0, abs(value) / scale_max * span)
+        out.append(f'<text x="{LABEL - 8}" y="{y + 13}" class="label">{escape(r.what)}</text>')
+        out.append(
+            f'<rect x="{zero}" y="{y}" width="{w:.1f}" height="{BAR_H}" '
+            f'fill="{COLOURS[r.passed]}"/>'
+        )
+        text = f"{value:.2f}{unit}" if unit == "×" else f"{value:+.3f} {unit}"
+        out.append(f'<text x="{zero + w + 6:.1f}" y="{y + 13}" class="value">{text}</text>')
+        goal = target_value(r.target)
+        if goal is not None:
+            gx = zero + goal / scale_max * span
+            out.append(
+                f'<line x1="{gx:.1f}" x2="{gx:.1f}" y1="{y - 2}" y2="{y + BAR_H + 2}" '
+                'class="goal"/>'
+            )
+        y += BAR_H + GAP
+    return out, y + 10
+
+
+def render(rows: Sequence[Row], subtitle: str) -> str:
+    ratios = [r for r in rows if r.kind == "ratio" and r.figure is not None]
+    added = [r for r in rows if r.kind == "added_ms" and r.figure is not None]
+    body: list[str] = [f'<text x="10" y="40" class="sub">{escape(subtitle)}</text>']
+    y = 52
+    if ratios:
+        part, y = _panel("handoff ÷ baseline (| marks the target)", ratios, y, "×")
+        body += part
+    if added:
+        part, y = _panel("ms added over the bare forwarder (| marks the budget)", added, y, "ms")
+        body += part
+    legend = "green: meets target · red: misses · grey: reported only"
+    body.append(f'<text x="10" y="{y + 4}" class="sub">{legend}</text>')
+    height = y + 16
+    style = (
+        "text{font-family:sans-serif;fill:#222}.title{font-size:14px;font-weight:bold}"
+        ".sub{font-size:11px;fill:#555}.label{font-size:12px;text-anchor:end}"
+        ".value{font-size:12px}.goal{stroke:#000;stroke-width:2}"
+    )
+    return "\n".join(
+        [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}">',
+            f"<style>{style}</style>",
+            '<rect width="100%" height="100%" fill="#fff"/>',
+            '<text x="10" y="22" class="title">handoff vs the bare aiohttp forwarder</text>',
+            *body,
+            "</svg>",
+            "",
+        ]
+    )

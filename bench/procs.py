@@ -1,0 +1,171 @@
+"""Server subprocesses for the benchmark: start pinned, wait until ready, read CPU and
+memory from ``/proc``, and always stop them (a :class:`Fleet` owns every one it started).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+
+@dataclass(frozen=True)
+class Cores:
+    """Which CPUs the measured server and the client side (load + upstream) run on."""
+
+    server: frozenset[int]
+    client: frozenset[int]
+
+    @property
+    def pinned(self) -> bool:
+        return self.server != self.client
+
+    @classmethod
+    def detect(cls) -> Cores:
+        """First allowed CPU for servers, second for clients; no pinning on one core."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            return cls(frozenset(cpus), frozenset(cpus))
+        return cls(frozenset({cpus[0]}), frozenset({cpus[1]}))
+
+
+def pin(cpus: frozenset[int]) -> Callable[[], None]:
+    """A ``preexec_fn`` that pins the child before it execs, so all its threads inherit."""
+
+    def _pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return _pin
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 20) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+def wait_ready(server: Server, timeout: float = 20.0) -> None:
+    """Until the port accepts connections; raise with the log tail if the process dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"{server.name} exited early:\n{server.log_tail()}")
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", server.port), 0.2),
+        ):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{server.name} not ready after {timeout}s:\n{server.log_tail()}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of all live threads of ``pid``: ns-exact from schedstat, else utime+stime."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_kb(pid: int) -> dict[str, int]:
+    """``VmRSS`` (now) and ``VmHWM`` (peak) in KiB from ``/proc/PID/status``."""
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux ≥ 4.0); False if not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class Fleet:
+    """Starts servers and stops every one of them on exit, even after an error."""
+
+    workdir: Path
+    servers: list[Server] = field(default_factory=list)
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        port: int,
+        cpus: frozenset[int],
+        env: dict[str, str] | None = None,
+    ) -> Server:
+        log = self.workdir / f"{name}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                preexec_fn=pin(cpus),
+                start_new_session=True,
+            )
+        server = Server(name, port, proc, log)
+        self.servers.append(server)
+        wait_ready(server)
+        return server
+
+    def stop(self, server: Server) -> None:
+        if server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGTERM)
+            try:
+                server.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                server.proc.kill()
+                server.proc.wait(5)
+        if server in self.servers:
+            self.servers.remove(server)
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for server in list(self.servers):
+            self.stop(server)

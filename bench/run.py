@@ -1,0 +1,224 @@
+"""``python -m bench.run [--quick] [--out DIR]``: the benchmark behind ``make bench``.
+
+Starts the canned upstream, the bare forwarder and handoff (its real CLI, JSON logs to
+a file) as pinned subprocesses on free loopback ports, runs every measurement
+interleaved, prints the table and writes ``results.json``, ``results.md`` and
+``chart.svg``. Every server is stopped on the way out, error or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import chart, measure, report
+from bench.clients import LoadGen, Wrk
+from bench.measure import Bench, Plan, Row
+from bench.procs import Cores, Fleet, Server, free_port
+
+WORDS = "the quick brown fox jumps over the lazy dog while handoff keeps the thread "
+
+
+def chat_body(size: int, stream: bool = False) -> bytes:
+    """A chat request of about ``size`` bytes of realistic text (at least a tiny one)."""
+    body: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": ""},
+        ],
+    }
+    if stream:
+        body["stream"] = True
+    room = max(0, size - len(json.dumps(body).encode()))
+    body["messages"][1]["content"] = (WORDS * (room // len(WORDS) + 1))[:room]
+    return json.dumps(body).encode()
+
+
+def write_bodies(workdir: Path, plan: Plan) -> dict[str, str]:
+    sizes = {"1k": (1024, False), "32k": (32 << 10, False), "stream": (1024, True)}
+    sizes["big"] = (plan.big_bytes, False)
+    paths = {}
+    for name, (size, stream) in sizes.items():
+        path = workdir / f"body-{name}.json"
+        path.write_bytes(chat_body(size, stream))
+        paths[name] = str(path)
+    return paths
+
+
+def child_env() -> dict[str, str]:
+    """The environment without HANDOFF_* settings, so only the flags configure handoff."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("HANDOFF_")}
+
+
+def start_handoff(
+    fleet: Fleet, name: str, upstream: Server, cpus: frozenset[int], store: Path | None
+) -> Server:
+    config = fleet.workdir / "empty.toml"
+    config.touch()
+    port = free_port()
+    argv = [sys.executable, "-m", "proxy.cli", "--config", str(config), "serve",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--upstream", f"http://127.0.0.1:{upstream.port}/v1", "--log-format", "json",
+            *(["--store", str(store)] if store else ["--no-store"])]  # fmt: skip
+    return fleet.start(name, argv, port, cpus, child_env())
+
+
+def start_forwarder(fleet: Fleet, name: str, upstream: Server, cpus: frozenset[int]) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.forwarder", "--port", str(port),
+            "--upstream", f"http://127.0.0.1:{upstream.port}"]  # fmt: skip
+    return fleet.start(name, argv, port, cpus)
+
+
+def store_wired(server: Server) -> bool:
+    """True when handoff's /healthz reports a store, i.e. ``serve`` opened one."""
+    url = f"http://127.0.0.1:{server.port}/healthz"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return "store" in json.loads(resp.read())
+
+
+LITELLM_CONFIG = """model_list:
+  - model_name: gpt-4o-mini
+    litellm_params:
+      model: openai/gpt-4o-mini
+      api_base: http://127.0.0.1:{port}/v1
+      api_key: sk-bench-not-a-key
+general_settings:
+  master_key: sk-bench-not-a-key
+"""
+
+
+def start_litellm(fleet: Fleet, upstream: Server, cpus: frozenset[int]) -> Server | str:
+    """LiteLLM's proxy when installed (never a dependency), else why it was skipped."""
+    if importlib.util.find_spec("litellm") is None:
+        return "litellm is not installed: LiteLLM comparison skipped (pip install 'litellm[proxy]')"
+    binary = shutil.which("litellm", path=str(Path(sys.executable).parent)) or shutil.which(
+        "litellm"
+    )
+    if binary is None:
+        return "litellm is importable but its CLI is missing: LiteLLM comparison skipped"
+    config = fleet.workdir / "litellm.yaml"
+    config.write_text(LITELLM_CONFIG.format(port=upstream.port))
+    port = free_port()
+    try:
+        return fleet.start("litellm", [binary, "--config", str(config), "--port", str(port)],
+                           port, cpus)  # fmt: skip
+    except RuntimeError as e:
+        return f"LiteLLM failed to start, skipped: {str(e).splitlines()[0]}"
+
+
+def not_available(what: str, why: str) -> Row:
+    return Row(what, "—", None, None, "", None, "info", "≥ 0.9×", None, f"not available: {why}")
+
+
+def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[Row]:
+    say = _say
+    upstream = fleet.start("direct", [sys.executable, "-m", "bench.upstream",
+                                      "--port", str(port := free_port()),
+                                      "--chunks", str(b.plan.chunks)],
+                           port, cores.client)  # fmt: skip
+    fwd = start_forwarder(fleet, "forwarder", upstream, cores.server)
+    handoff = start_handoff(fleet, "handoff", upstream, cores.server, None)
+    say("warming up")
+    measure.warm(b, [upstream, fwd, handoff])
+    rows: list[Row] = []
+    for body in ("1k", "32k"):
+        say(f"CPU per request, {body} body")
+        rows.append(measure.cpu_per_request(b, fwd, handoff, body))
+    say("latency at concurrency 1")
+    rows += measure.latency(b, upstream, fwd, handoff)
+    for c in (16, 64):
+        say(f"throughput at concurrency {c}")
+        rows.append(measure.throughput(b, fwd, handoff, c, "fwd", 0.8))
+    say("streaming")
+    rows += measure.streaming(b, upstream, fwd, handoff)
+    rows += _litellm(b, fleet, upstream, handoff, cores, notes)
+    rows.append(_store(b, fleet, upstream, handoff, cores))
+    say("peak memory with big requests in flight")
+    h_mem, f_mem = measure.peak_rss(b, handoff), measure.peak_rss(b, fwd)
+    rows.append(measure.memory_row(b, h_mem, f_mem))
+    return rows
+
+
+def _litellm(
+    b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores, notes: list[str]
+) -> list[Row]:
+    started = start_litellm(fleet, upstream, cores.server)
+    if isinstance(started, str):
+        notes.append(started)
+        return []
+    _say("throughput vs LiteLLM")
+    measure.warm(b, [started])
+    rows = [measure.throughput(b, started, handoff, c, "vs LiteLLM", 20.0) for c in (16, 64)]
+    fleet.stop(started)
+    return rows
+
+
+def _store(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores) -> Row:
+    what = "snapshots on vs off: throughput at concurrency 16"
+    stored = start_handoff(fleet, "handoff-store", upstream, cores.server, fleet.workdir / "s.db")
+    try:
+        if not store_wired(stored):
+            return not_available(what, "`handoff serve --store` does not open a store yet")
+        _say("snapshots on vs off")
+        measure.warm(b, [stored])
+        row = measure.throughput(b, handoff, stored, 16, "snapshots on", 0.9)
+        row.what, row.compared_with = what, "snapshots off (--no-store)"
+        return row
+    finally:
+        fleet.stop(stored)
+
+
+def _say(text: str) -> None:
+    print(f"… {text}", file=sys.stderr, flush=True)
+
+
+def write_results(out: Path, rows: list[Row], b: Bench, info: dict[str, Any],
+                  notes: list[str], cmd: str, seconds: float) -> str:  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"machine": info, "plan": b.plan.__dict__, "seconds": round(seconds, 1),
+            "rows": [r.to_json() for r in rows], "notes": notes, "raw": b.raw}  # fmt: skip
+    (out / "results.json").write_text(json.dumps(data, indent=2) + "\n")
+    md = report.markdown(rows, info, notes, cmd)
+    (out / "results.md").write_text(md)
+    subtitle = f"{info['cpu']}, {info['cores']} cores, Python {info['python']}"
+    (out / "chart.svg").write_text(chart.render(rows, subtitle))
+    return md
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="benchmark handoff against a bare forwarder")
+    parser.add_argument("--quick", action="store_true", help="tiny counts (smoke test)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args(argv)
+    plan = measure.QUICK if args.quick else measure.FULL
+    cores = Cores.detect()
+    info = report.machine(cores.pinned, plan.use_wrk and shutil.which("wrk") is not None)
+    os.sched_setaffinity(0, cores.client)
+    t0 = time.monotonic()
+    notes = [] if cores.pinned else ["only one CPU available: processes are not pinned"]
+    with tempfile.TemporaryDirectory(prefix="handoff-bench-") as tmp:
+        workdir = Path(tmp)
+        wrk = Wrk.find(cores.client, workdir) if plan.use_wrk else None
+        with Fleet(workdir) as fleet, LoadGen(cores.client) as lg:
+            b = Bench(plan, lg, wrk, write_bodies(workdir, plan), {})
+            rows = measure_all(b, fleet, cores, notes)
+    cmd = "make bench" + (" ARGS=--quick" if args.quick else "")
+    md = write_results(args.out, rows, b, info, notes, cmd, time.monotonic() - t0)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

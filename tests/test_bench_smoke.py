@@ -1,0 +1,111 @@
+"""The benchmark harness: its pure parts, and a ``--quick`` run end to end (no timings)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from bench.clients import parse_wrk
+from bench.loadgen import percentile, read_response
+from bench.run import chat_body
+from bench.upstream import SSE_HEAD, chunk_delay, http_chunk, json_response, sse_events
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW_KEYS = {"what", "compared_with", "handoff", "baseline", "unit", "figure", "kind", "target"}
+
+
+@given(st.integers(min_value=0, max_value=70_000), st.booleans())
+@example(0, False)
+@example(1024, True)
+def test_chat_body_has_the_asked_size(size: int, stream: bool) -> None:
+    """A generated body is a valid chat request of exactly the asked size (or the minimum)."""
+    body = chat_body(size, stream)
+    parsed = json.loads(body)
+    assert parsed["model"] and parsed["messages"][1]["role"] == "user"
+    assert parsed.get("stream", False) is stream
+    assert len(body) == max(size, len(chat_body(0, stream)))
+
+
+async def _read(raw: bytes) -> tuple[int, bytes]:
+    reader = asyncio.StreamReader()
+    reader.feed_data(raw)
+    reader.feed_eof()
+    parts: list[bytes] = []
+    status = await read_response(reader, parts.append)
+    return status, b"".join(parts)
+
+
+async def test_loadgen_reads_a_chunked_sse_answer() -> None:
+    """The load generator's reader reassembles the upstream's chunked SSE body exactly."""
+    events = sse_events(3)
+    raw = SSE_HEAD + b"".join(http_chunk(e) for e in events) + b"0\r\n\r\n"
+    status, body = await _read(raw)
+    assert status == 200
+    assert body == b"".join(events)
+    assert body.endswith(b"data: [DONE]\n\n")
+
+
+async def test_loadgen_reads_a_content_length_answer() -> None:
+    """A Content-Length answer is read whole and no further."""
+    status, body = await _read(json_response() + b"HTTP/1.1 trailing garbage")
+    assert status == 200
+    assert json.loads(body)["object"] == "chat.completion"
+
+
+def test_chunk_delay_comes_from_the_query() -> None:
+    """``?chunk_delay_ms=`` overrides the upstream's default delay; absent, the default holds."""
+    assert chunk_delay(b"POST /v1/chat/completions?chunk_delay_ms=5 HTTP/1.1\r\n", 0.0) == 0.005
+    assert chunk_delay(b"POST /v1/chat/completions HTTP/1.1\r\n", 0.25) == 0.25
+
+
+def test_percentile_is_nearest_rank() -> None:
+    """p50 and p95 pick actual samples by nearest rank; no samples gives 0."""
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 95) == 95.0
+    assert percentile([], 50) == 0.0
+
+
+def test_parse_wrk_counts_errors() -> None:
+    """wrk's report yields requests/s, and non-2xx plus socket errors count as errors."""
+    out = (
+        "  12000 requests in 2.00s, 3.1MB read\n"
+        "  Socket errors: connect 0, read 1, write 0, timeout 2\n"
+        "  Non-2xx or 3xx responses: 4\nRequests/sec:   6000.50\n"
+    )
+    assert parse_wrk(out) == {"rps": 6000.5, "ok": 11996, "errors": 7}
+
+
+@pytest.mark.slow
+def test_quick_run_writes_well_formed_results(tmp_path: Path) -> None:
+    """``python -m bench.run --quick`` starts and stops its servers and writes all 3 outputs."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {"cpu", "cores", "python", "aiohttp"} <= set(data["machine"])
+    whats = [row["what"] for row in data["rows"]]
+    assert all(set(row) >= ROW_KEYS for row in data["rows"])
+    for needle in ("CPU per request, 1KB", "CPU per request, 32KB", "concurrency 1, p50",
+                   "concurrency 16", "concurrency 64", "time to first chunk",
+                   "snapshots on", "peak RSS"):  # fmt: skip
+        assert any(needle in w for w in whats), needle
+    measured = [r for r in data["rows"] if r["kind"] == "ratio"]
+    assert measured and all(r["figure"] > 0 for r in measured)
+    md = (tmp_path / "results.md").read_text()
+    assert "| what | compared with |" in md and "Machine" in md
+    svg = ET.fromstring((tmp_path / "chart.svg").read_text())
+    assert svg.tag.endswith("svg") and len(list(svg.iter("{http://www.w3.org/2000/svg}rect"))) > 2

@@ -7,6 +7,8 @@ and the store are opened and closed in ``cleanup_ctx`` generators (no globals).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import time
 import uuid
@@ -16,6 +18,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from proxy.build import build_engine, open_store
 from proxy.chat import chat_completions
 from proxy.config import Settings
 from proxy.engine import Engine
@@ -24,7 +27,10 @@ from proxy.passthrough import passthrough
 from proxy.services import SERVICES, Planner, Services
 from proxy.store.base import Store
 from proxy.upstreams import Router, build_upstreams
+from proxy.windows.discovery import fetch_model_windows
 
+ENGINE = web.AppKey("engine", Engine)
+DISCOVERY = web.AppKey("discovery", asyncio.Task[None])
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = structlog.get_logger("handoff")
 
@@ -113,7 +119,12 @@ def create_app(
     store: Store | None = None,
     planner: Planner | None = None,
 ) -> web.Application:
+    """The proxy. ``store`` defaults to the configured SQLite store (None if disabled);
+    ``planner`` to the decision engine built from ``settings``."""
     router = Router(build_upstreams(settings, catch_all))
+    engine = build_engine(settings, router)
+    if store is None:
+        store = open_store(settings)
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )
@@ -124,11 +135,14 @@ def create_app(
     app[SERVICES] = Services(
         settings=settings,
         router=router,
-        planner=planner or Engine(),
+        planner=planner or engine,
         store=store,
         timeout=timeout,
     )
+    app[ENGINE] = engine
     app.cleanup_ctx.append(_upstream_sessions)
+    if settings.tokens.discover:
+        app.cleanup_ctx.append(_discover_windows)
     if store is not None:
         app.cleanup_ctx.append(_store_lifecycle)
     app.router.add_get("/healthz", healthz)
@@ -157,5 +171,35 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
     store = app[SERVICES].store
     assert store is not None
     await store.start()
+    engine = app[ENGINE]
+    load = getattr(store, "load_calibration", None)
+    if load is not None:
+        engine.calibration.load(await asyncio.to_thread(load))
     yield
+    save = getattr(store, "save_calibration", None)
+    if save is not None:
+        save(engine.calibration.snapshot())
     await store.close()
+
+
+async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
+    """Ask each upstream's GET /v1/models for windows, in one owned background task
+    (requests never wait for it; it is cancelled at shutdown if still running)."""
+    svc, engine = app[SERVICES], app[ENGINE]
+
+    async def discover() -> None:
+        for up in svc.router.upstreams:
+            if up.session is None:
+                continue
+            headers = {"Authorization": f"Bearer {up.api_key}"} if up.api_key else {}
+            windows = await fetch_model_windows(up.session, up.base_url, headers, 5.0)
+            if windows:
+                engine.registry.learn(up.name, windows)
+                log.info("windows_discovered", upstream=up.name, models=len(windows))
+
+    task = asyncio.create_task(discover(), name="handoff-discovery")
+    app[DISCOVERY] = task
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,26 +1,280 @@
 """The decision engine: migrate (original bytes) or compress (rewritten messages).
 
-Placeholder until token counting and the policies land: every request migrates.
+For each chat request: look up the model's window, compute the budget, and
+1. if a byte-length bound already fits, migrate without tokenizing at all;
+2. else count exactly (cached per message); if it fits, migrate;
+3. else run the policy chain, reusing the conversation's previous cut so the
+   forwarded prefix stays byte-identical turn to turn (provider prompt caches).
+Only the real count matters: a switch to a smaller model migrates when it fits.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+
+from policies.base import CountTokens, PolicyContext, Summarize
+from policies.chain import Compression, build_chain, compress
+from policies.errors import ContextTooLarge as PinnedTooLarge
+from proxy.budget import Budget, budget_headers, compute_budget
 from proxy.chat_request import ChatRequest
+from proxy.config import Settings
+from proxy.cut_memory import CutMemory, conversation_key
+from proxy.errors import ContextTooLarge
 from proxy.services import Plan
 from proxy.store.base import Decision
-from proxy.upstreams import Upstream
+from proxy.tokens import Calibration, ModelCounter, TokenCounter
+from proxy.upstreams import Router, Upstream
+from proxy.windows import ModelInfo, WindowRegistry
+
+log = structlog.get_logger("handoff.engine")
+
+SummarizerFactory = Callable[[ChatRequest, Upstream, Mapping[str, str]], "Summarize | None"]
+"""Builds the summarize callable for one request (its upstream and the client's key)."""
+
+RETRY_SHRINK = 0.85
+"""A retry after an overflow the upstream did not quantify aims this much lower."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    info: ModelInfo
+    counter: ModelCounter
+    budget: Budget
 
 
 class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        router: Router,
+        registry: WindowRegistry,
+        tokens: TokenCounter,
+        calibration: Calibration,
+        summarizers: SummarizerFactory | None = None,
+    ) -> None:
+        self.settings = settings
+        self.router = router
+        self.registry = registry
+        self.tokens = tokens
+        self.calibration = calibration
+        self.summarizers = summarizers
+        self.cuts = CutMemory(capacity=4096)
+        self._counters: dict[tuple[str, str | None], ModelCounter] = {}
+        self._warned: set[str] = set()
+
     async def plan(
         self,
         req: ChatRequest,
         up: Upstream,
         *,
         hard_limit: int | None = None,
-        client_headers: object = None,
+        client_headers: Mapping[str, str] | None = None,
     ) -> Plan:
-        return Plan(body=req.raw, decision=Decision(action="passthrough"))
+        info = self.registry.lookup(req.model, up.name)
+        if info is None:
+            self._warn_unknown(req.model)
+            return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
+        target = await self._target(req, info, hard_limit)
+        budget = target.budget
+        if hard_limit is None and target.counter.upper_bound(req.body) <= budget.budget:
+            # A token covers at least one byte: this cannot exceed the budget.
+            return self._passthrough(req, target, None, None)
+        counted = await target.counter.count_request_async(req.body)
+        tokens = self._corrected(req.model, target.counter, counted)
+        if hard_limit is None and tokens <= budget.budget:
+            return self._passthrough(req, target, tokens, counted)
+        if not (up.compress and self.settings.compression.enabled):
+            log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
+            note = "compression off for this route"
+            return self._passthrough(req, target, tokens, counted, note=note)
+        return await self._compress(req, up, target, tokens, client_headers or {})
 
     def observe(self, req: ChatRequest, plan: Plan, usage: object) -> None:
-        return None
+        """Feed the upstream's true prompt size into calibration."""
+        decision = plan.decision
+        if decision is None or not isinstance(usage, Mapping):
+            return
+        actual = usage.get("prompt_tokens")
+        if isinstance(actual, int) and plan.raw_tokens:
+            self.calibration.observe(req.model, plan.raw_tokens, actual)
+
+    async def _target(self, req: ChatRequest, info: ModelInfo, hard_limit: int | None) -> _Target:
+        counter = await self._counter(req.model, info)
+        override = self.registry.override_for(req.model)
+        margin = override.margin if override is not None else None
+        if hard_limit:
+            info = ModelInfo(
+                info.name,
+                hard_limit,
+                info.max_output_tokens,
+                info.tokenizer,
+                info.source,
+                info.matched,
+            )
+        budget = compute_budget(info, req.body, self.settings.tokens, counter.exact, margin)
+        if hard_limit == 0:
+            shrunk = int(budget.budget * RETRY_SHRINK)
+            margin = budget.window - budget.reserved_output - shrunk
+            budget = Budget(budget.window, budget.reserved_output, margin, shrunk)
+        return _Target(info, counter, budget)
+
+    async def _counter(self, model: str, info: ModelInfo) -> ModelCounter:
+        key = (model, self._tokenizer(model, info))
+        counter = self._counters.get(key)
+        if counter is None:
+            # The first use of an encoding reads and parses its BPE file: off the loop.
+            counter = await asyncio.to_thread(self.tokens.for_model, model, key[1])
+            self._counters[key] = counter
+        return counter
+
+    def _tokenizer(self, model: str, info: ModelInfo | None) -> str | None:
+        override = self.registry.override_for(model)
+        if override is not None and override.tokenizer:
+            return override.tokenizer
+        return info.tokenizer if info is not None else None
+
+    def _corrected(self, model: str, counter: ModelCounter, counted: int) -> int:
+        if counter.exact:
+            return counted
+        return self.calibration.corrected(model, counted)
+
+    def _count_fn(self, req: ChatRequest, counter: ModelCounter) -> CountTokens:
+        base = counter.request_counter(req.body)
+        if counter.exact:
+            return base
+        factor = self.calibration.factor(req.model)
+        return lambda messages: round(base(messages) * factor)
+
+    def _passthrough(
+        self,
+        req: ChatRequest,
+        target: _Target,
+        tokens: int | None,
+        raw_tokens: int | None,
+        note: str = "",
+    ) -> Plan:
+        exact = target.counter.exact
+        decision = Decision(
+            action="passthrough",
+            window=target.budget.window,
+            budget=target.budget.budget,
+            tokens=tokens,
+            forwarded_tokens=tokens,
+            exact=exact,
+            steps=({"note": note},) if note else (),
+        )
+        headers = _headers(target.budget, tokens, exact, "passthrough", ())
+        if tokens is None:
+            headers["x-handoff-tokens-bound"] = str(target.counter.upper_bound(req.body))
+        return Plan(body=req.raw, decision=decision, headers=headers, raw_tokens=raw_tokens)
+
+    async def _compress(
+        self,
+        req: ChatRequest,
+        up: Upstream,
+        target: _Target,
+        tokens: int,
+        client_headers: Mapping[str, str],
+    ) -> Plan:
+        key = conversation_key(req.messages)
+        summarize = self._summarizer(req, up, client_headers)
+        ctx = PolicyContext(
+            budget=target.budget.budget,
+            count=self._count_fn(req, target.counter),
+            summarize=summarize,
+            previous=self.cuts.get(key),
+            step_tokens=int(target.budget.budget * self.settings.compression.step),
+            options=self.settings.compression.model_dump(),
+        )
+        chain = build_chain(self.settings.compression, has_summarizer=summarize is not None)
+        try:
+            result = await compress(req.messages, ctx, chain)
+        except PinnedTooLarge as e:
+            raise ContextTooLarge(
+                f"This conversation cannot fit {req.model}: its system prompt and newest user "
+                f"message alone take {e.pinned_tokens:,} tokens, over the model's prompt budget of "
+                f"{target.budget.budget:,} (window {target.budget.window:,} minus "
+                f"{target.budget.reserved_output:,} reserved for output and a "
+                f"{target.budget.margin:,}-token margin). Shorten them, lower max_tokens, or "
+                "use a model with a larger window.",
+                param="messages",
+            ) from None
+        if result.cut is not None:
+            self.cuts.put(key, result.cut)
+        return self._compressed_plan(req, target, tokens, result)
+
+    def _compressed_plan(
+        self, req: ChatRequest, target: _Target, tokens: int, result: Compression
+    ) -> Plan:
+        new = req.with_messages(result.messages)
+        decision = Decision(
+            action="compressed",
+            window=target.budget.window,
+            budget=target.budget.budget,
+            tokens=tokens,
+            forwarded_tokens=result.tokens_after,
+            exact=target.counter.exact,
+            policies=result.applied,
+            steps=tuple(_step_dict(s) for s in result.steps),
+        )
+        headers = _headers(
+            target.budget, tokens, target.counter.exact, "compressed", result.applied
+        )
+        headers["x-handoff-forwarded-tokens"] = str(result.tokens_after)
+        log.info(
+            "compressed",
+            tokens=tokens,
+            forwarded_tokens=result.tokens_after,
+            budget=target.budget.budget,
+            policies=list(result.applied),
+        )
+        return Plan(
+            body=orjson.dumps(new.body),
+            decision=decision,
+            forwarded=[dict(m) for m in result.messages],
+            headers=headers,
+            raw_tokens=target.counter.count_request(new.body),
+        )
+
+    def _summarizer(
+        self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str]
+    ) -> Summarize | None:
+        if self.summarizers is None or not self.settings.compression.summarize.enabled:
+            return None
+        return self.summarizers(req, up, client_headers)
+
+    def _warn_unknown(self, model: str) -> None:
+        if model not in self._warned:
+            self._warned.add(model)
+            log.warning(
+                "unknown_model_window",
+                model=model,
+                hint=f'set [models."{model}"] context_window = N, or tokens.default_context_window',
+            )
+
+
+def _headers(
+    budget: Budget, tokens: int | None, exact: bool, action: str, applied: tuple[str, ...]
+) -> dict[str, str]:
+    headers = budget_headers(budget, tokens or 0, exact)
+    if tokens is None:
+        del headers["x-handoff-tokens"]
+    headers["x-handoff-decision"] = action
+    if applied:
+        headers["x-handoff-policy"] = ",".join(applied)
+    return headers
+
+
+def _step_dict(step: Any) -> dict[str, Any]:
+    return {
+        "policy": step.policy,
+        "removed_messages": step.removed_messages,
+        "removed_tokens": step.removed_tokens,
+        "note": step.note,
+    }

@@ -23,7 +23,7 @@ from policies.middle_out import MiddleOut
 from policies.oversized import Oversized
 from policies.summarize import Summarize
 from policies.truncate import Truncate
-from policies.units import pinned
+from policies.units import as_dicts, pinned
 from proxy.config import CompressionSettings
 
 POLICIES: Mapping[str, type] = MappingProxyType(
@@ -90,7 +90,7 @@ async def compress(
     messages: Sequence[Message], ctx: PolicyContext, chain: Sequence[Policy]
 ) -> Compression:
     """Rewrite ``messages`` until ``ctx.count`` fits ``ctx.budget``; never mutates them."""
-    msgs = [dict(m) for m in messages]
+    msgs = as_dicts(messages)
     before = ctx.count(msgs)
     if before <= ctx.budget:
         return Compression(msgs, [], (), ctx.previous, before, before)

@@ -19,7 +19,7 @@ import orjson
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
 from policies.cuts import ARGS_KEY, dumps, fingerprint, prefix_hash, size
-from policies.units import HANDOFF_MARK, TOOL_ROLES, tail_start
+from policies.units import HANDOFF_MARK, TOOL_ROLES, as_dicts, tail_start
 
 
 def _kb(n: int) -> str:
@@ -65,14 +65,14 @@ class ElideToolResults:
         self.elide_arguments = elide_arguments
 
     async def apply(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        msgs = [dict(m) for m in messages]
+        msgs = as_dicts(messages)
         if ctx.count(msgs) <= ctx.budget:
             return PolicyResult(msgs, changed=False)
         return self._run(msgs, ctx, extend=True)
 
     def replay(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
         """Re-apply the previous turn's elisions only (no new ones)."""
-        return self._run([dict(m) for m in messages], ctx, extend=False)
+        return self._run(as_dicts(messages), ctx, extend=False)
 
     def _run(self, msgs: list[dict[str, Any]], ctx: PolicyContext, extend: bool) -> PolicyResult:
         stubs = self._candidates(msgs, ctx)

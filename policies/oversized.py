@@ -15,7 +15,7 @@ from typing import Any
 
 from policies.base import Message, PolicyContext, PolicyResult
 from policies.cuts import size
-from policies.units import HANDOFF_MARK, PINNED_ROLES
+from policies.units import HANDOFF_MARK, PINNED_ROLES, as_dicts
 
 _MAX_ROUNDS = 48
 
@@ -62,7 +62,7 @@ class Oversized:
     name = "oversized"
 
     async def apply(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        msgs = [dict(m) for m in messages]
+        msgs = as_dicts(messages)
         before = ctx.count(msgs)
         removed: dict[int, int] = {}
         out = msgs

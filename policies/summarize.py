@@ -18,7 +18,7 @@ from typing import Any
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
 from policies.cuts import prefix_hash, previous_cut, search_cut, size
-from policies.units import HANDOFF_MARK, Region, assemble, region
+from policies.units import HANDOFF_MARK, Region, as_dicts, assemble, region
 
 
 def summary_message(count: int, tokens: int, summary: str) -> dict[str, Any]:
@@ -37,7 +37,7 @@ class Summarize:
         """Room kept for a summary not yet written (the summarizer's max_tokens)."""
 
     async def apply(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        msgs = [dict(m) for m in messages]
+        msgs = as_dicts(messages)
         if ctx.count(msgs) <= ctx.budget:
             return PolicyResult(msgs, changed=False)
         if ctx.summarize is None:
@@ -68,7 +68,7 @@ class Summarize:
 
     def replay(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
         """Re-apply the previous turn's summary if still valid, whether or not it fits."""
-        msgs = [dict(m) for m in messages]
+        msgs = as_dicts(messages)
         reg = region(msgs)
         k = previous_cut(msgs, reg, ctx.previous, self.name)
         if k is None or ctx.previous is None or ctx.previous.summary is None:

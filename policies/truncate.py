@@ -16,7 +16,7 @@ from typing import Any
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
 from policies.cuts import prefix_hash, preview, previous_cut, search_cut, size
-from policies.units import HANDOFF_MARK, Region, assemble, region
+from policies.units import HANDOFF_MARK, Region, as_dicts, assemble, region
 
 
 def omission_note(omitted: Sequence[Message], tokens: int) -> dict[str, Any]:
@@ -40,7 +40,7 @@ class Truncate:
         return 0
 
     async def apply(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        msgs = [dict(m) for m in messages]
+        msgs = as_dicts(messages)
         if ctx.count(msgs) <= ctx.budget:
             return PolicyResult(msgs, changed=False)
         reg = region(msgs, self.start(msgs))
@@ -56,7 +56,7 @@ class Truncate:
 
     def replay(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
         """Re-apply the previous turn's cut if it is still valid, whether or not it fits."""
-        msgs = [dict(m) for m in messages]
+        msgs = as_dicts(messages)
         reg = region(msgs, self.start(msgs))
         k = previous_cut(msgs, reg, ctx.previous, self.name)
         if k is None:

@@ -21,6 +21,11 @@ HANDOFF_MARK = "[handoff: "
 """Every message or stub handoff writes starts with this, so it is recognisable."""
 
 
+def as_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The messages as a new list of dicts; dicts are shared, never copied or mutated."""
+    return [m if isinstance(m, dict) else dict(m) for m in messages]
+
+
 def units(messages: Sequence[Message]) -> list[range]:
     """Split into units: each non-tool message opens one; tool results join the open one."""
     out: list[range] = []

@@ -10,6 +10,7 @@ index lookup.
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -40,3 +41,16 @@ def chain(digests: Iterable[bytes]) -> list[bytes]:
 def extend_chain(prev: bytes, d: bytes) -> bytes:
     """The chain hash of a history ``prev`` addresses, with one more message."""
     return hashlib.sha256(prev + d).digest()
+
+
+def pack_body(body: bytes) -> bytes:
+    """The stored form of canonical JSON: zlib when that is smaller (JSON starts with ``{``)."""
+    if len(body) < 96:
+        return body
+    packed = zlib.compress(body, 6)
+    return packed if len(packed) < len(body) else body
+
+
+def unpack_body(stored: bytes) -> bytes:
+    """The canonical JSON bytes of a stored body."""
+    return stored if stored[:1] in (b"{", b"[") else zlib.decompress(stored)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from proxy.store.canonical import unpack_body
 from proxy.store.write import unpack_ids
 
 Memo = dict[int, tuple[list[int], int | None]]
@@ -39,5 +40,6 @@ def load_messages(db: sqlite3.Connection, ids: list[int]) -> dict[int, bytes]:
     for i in range(0, len(unique), 500):
         chunk = unique[i : i + 500]
         marks = ",".join("?" * len(chunk))
-        out.update(db.execute(f"SELECT id, body FROM messages WHERE id IN ({marks})", chunk))
+        rows = db.execute(f"SELECT id, body FROM messages WHERE id IN ({marks})", chunk)
+        out.update((mid, unpack_body(body)) for mid, body in rows)
     return out

@@ -17,10 +17,12 @@ from typing import Any
 import orjson
 
 from proxy.store import forwarded as fwd
+from proxy.store.canonical import unpack_body
 from proxy.store.db import connect
 from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
 from proxy.store.history import Memo, history_ids, load_messages
 from proxy.store.migrations import has_fts
+from proxy.store.write import message_text
 
 _SESSION_COLS = """s.id, s.workspace, s.hint, s.title, s.created_at, s.updated_at,
     s.parent_session, s.parent_turn,
@@ -50,6 +52,42 @@ def _session_row(r: tuple[Any, ...]) -> dict[str, Any]:
 
 def _loads(v: str | bytes | None) -> Any:
     return None if v is None else orjson.loads(v)
+
+
+def _search_sessions(db: sqlite3.Connection, text: str) -> list[str]:
+    """Sessions holding a message whose text contains ``text`` (case-insensitive).
+
+    FTS5 narrows the candidates by word; the phrase itself is checked on the
+    decoded text (bodies are compressed, so SQL cannot look inside them).
+    """
+    terms = search_terms(text)
+    if has_fts(db) and terms:
+        match = " ".join('"' + t + '"' for t in terms)
+        cands = db.execute(
+            "SELECT m.id, m.body FROM messages m WHERE m.id IN"
+            " (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?)",
+            (match,),
+        )
+    else:
+        cands = db.execute("SELECT id, body FROM messages")
+    needle = text.casefold()
+    ids = [
+        mid
+        for mid, body in cands
+        if body[:1] != b"[" and needle in message_text(orjson.loads(unpack_body(body))).casefold()
+    ]
+    sessions: set[str] = set()
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        sessions.update(
+            r[0]
+            for r in db.execute(
+                f"SELECT session_id FROM session_messages WHERE message_id IN"
+                f" ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+        )
+    return sorted(sessions)
 
 
 def search_terms(text: str) -> list[str]:
@@ -120,36 +158,15 @@ class SqliteReader:
             args.append(workspace)
         with self._db() as db:
             if search:
-                where.append(
-                    "s.id IN (SELECT session_id FROM session_messages WHERE message_id IN "
-                    f"({self._search_sql(db)}))"
-                )
-                args.extend(self._search_args(db, search))
+                hits = _search_sessions(db, search)
+                where.append(f"s.id IN ({','.join('?' * len(hits))})")
+                args.extend(hits)
             rows = db.execute(
                 f"SELECT {_SESSION_COLS} FROM sessions s WHERE {' AND '.join(where)}"
                 " ORDER BY s.updated_at DESC, s.id LIMIT ?",
                 [*args, limit],
             ).fetchall()
         return [_session_row(r) for r in rows]
-
-    @staticmethod
-    def _search_sql(db: sqlite3.Connection) -> str:
-        phrase = "instr(lower(m.body), lower(?)) > 0"
-        if not has_fts(db):
-            return f"SELECT m.id FROM messages m WHERE {phrase}"
-        return (
-            "SELECT m.id FROM messages m WHERE m.id IN (SELECT rowid FROM messages_fts"
-            f" WHERE messages_fts MATCH ?) AND {phrase}"
-        )
-
-    @staticmethod
-    def _search_args(db: sqlite3.Connection, text: str) -> list[str]:
-        needle = orjson.dumps(text).decode()[1:-1]  # as it appears inside the stored JSON
-        if not has_fts(db):
-            return [needle]
-        terms = search_terms(text) or [text]
-        match = " ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        return [match, needle]
 
     def session(self, ref: str) -> dict[str, Any]:
         """A session and its timeline: one row per turn."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from proxy.store.canonical import unpack_body
 from proxy.store.history import history_ids
 from proxy.store.migrations import has_fts
 from proxy.store.write import message_text, pack_ids, unpack_ids
@@ -63,7 +64,8 @@ def collect_garbage(db: sqlite3.Connection) -> int:
     dead = [
         (mid, body) for mid, body in db.execute("SELECT id, body FROM messages") if mid not in live
     ]
-    for mid, body in dead:
+    for mid, stored in dead:
+        body = unpack_body(stored)
         if fts:
             text = message_text(orjson.loads(body)) if body.startswith(b'{"') else ""
             if text:

@@ -29,7 +29,7 @@ import orjson
 
 from proxy.store import forwarded as fwd
 from proxy.store.base import TurnRecord
-from proxy.store.canonical import canonical, chain, digest, extend_chain
+from proxy.store.canonical import canonical, chain, digest, extend_chain, pack_body
 from proxy.store.redact import redact_json, redact_text
 
 EMPTY_HISTORY = digest(b"")
@@ -75,7 +75,9 @@ def put_message(db: sqlite3.Connection, body: bytes, h: bytes, fts: bool) -> int
     row = db.execute("SELECT id FROM messages WHERE hash = ?", (h,)).fetchone()
     if row is not None:
         return int(row[0])
-    mid = db.execute("INSERT INTO messages (hash, body) VALUES (?, ?)", (h, body)).lastrowid
+    mid = db.execute(
+        "INSERT INTO messages (hash, body) VALUES (?, ?)", (h, pack_body(body))
+    ).lastrowid
     assert mid is not None
     if fts:
         text = message_text(orjson.loads(body)) if body.startswith(b'{"') else ""

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from policies.base import CutState, Message, PolicyContext
+from policies.base import CutState, Message, Policy, PolicyContext
 from policies.chain import compress
 from policies.elide_tool_results import ElideToolResults
 from policies.summarize import Summarize
@@ -88,7 +88,7 @@ def turn(t: int, rng: random.Random) -> tuple[list[dict[str, Any]], list[dict[st
 async def replay(turns: int, budget: int, step: float, seed: int = 7) -> dict[str, Any]:
     rng = random.Random(seed)
     count, summarizer = Counter(), FakeSummarizer()
-    chain = [ElideToolResults(), Summarize(reserve_tokens=256), Truncate()]
+    chain: list[Policy] = [ElideToolResults(), Summarize(reserve_tokens=256), Truncate()]
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent. " * 20}]
     state: CutState | None = None
     prev_out: list[dict[str, Any]] | None = None

@@ -17,15 +17,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import structlog
 from aiohttp import web
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy.build import build_engine, open_store
 from proxy.chat import chat_completions
 from proxy.config import Settings
 from proxy.engine import Engine
 from proxy.errors import HandoffError, Unauthorized, error_body
+from proxy.inspect_api import create_inspect_app
+from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
 from proxy.services import SERVICES, Planner, Services
 from proxy.store.base import Store
+from proxy.store.read import SqliteReader
+from proxy.store.sqlite import SqliteStore
 from proxy.upstreams import Router, build_upstreams
 from proxy.windows.discovery import fetch_model_windows
 
@@ -95,6 +100,12 @@ def access_guard(
     return access
 
 
+async def metrics(request: web.Request) -> web.Response:
+    svc = request.app[SERVICES]
+    body = await asyncio.to_thread(svc.metrics.render, svc.store)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def healthz(request: web.Request) -> web.Response:
     svc = request.app[SERVICES]
     body: dict[str, object] = {"status": "ok", "upstreams": [u.name for u in svc.router.upstreams]}
@@ -138,6 +149,7 @@ def create_app(
         planner=planner or engine,
         store=store,
         timeout=timeout,
+        metrics=Metrics(),
     )
     app[ENGINE] = engine
     app.cleanup_ctx.append(_upstream_sessions)
@@ -149,6 +161,10 @@ def create_app(
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/chat/completions", chat_completions)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
+    app.router.add_get("/metrics", metrics)
+    if isinstance(store, SqliteStore):
+        reader = SqliteReader(store.path)
+        app.add_subapp("/handoff/v1", create_inspect_app(reader, settings.server.access_key))
     return app
 
 

@@ -101,6 +101,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         )
         if turn.usage is not None:
             svc.planner.observe(req, plan, turn.usage)
+        svc.metrics.observe_chat(
+            request.path, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
+        )
         _record(svc, request, req, up, plan, turn, started, latency_ms)
 
 

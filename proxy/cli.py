@@ -11,10 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy import serve_cli
+from proxy import models_cli, plan_cli, serve_cli, sessions_cli
 from proxy.config import ConfigError
+from proxy.log import configure_logging
 
-COMMANDS = (serve_cli,)
+COMMANDS = (serve_cli, models_cli, plan_cli, sessions_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logging("console")  # to stderr; `serve` reconfigures from its settings
     func: Any = args.func
     try:
         return int(func(args))

@@ -35,6 +35,10 @@ def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
 _SAFE_KEYS = frozenset({"tokens", "forwarded_tokens", "max_tokens", "event"})
 
 
+def _stderr_logger(*_: Any) -> structlog.PrintLogger:
+    return structlog.PrintLogger(sys.stderr)
+
+
 def configure_logging(
     fmt: Literal["console", "json"] = "console", level: int = logging.INFO
 ) -> None:
@@ -52,6 +56,7 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # sys.stderr looked up per logger, not captured once: it may be replaced.
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )

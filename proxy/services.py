@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
@@ -11,6 +11,7 @@ from aiohttp import web
 
 from proxy.chat_request import ChatRequest
 from proxy.config import Settings
+from proxy.metrics import Metrics
 from proxy.store.base import Decision, Store
 from proxy.upstreams import Router, Upstream
 
@@ -56,6 +57,7 @@ class Services:
     planner: Planner
     store: Store | None
     timeout: aiohttp.ClientTimeout
+    metrics: Metrics
 
 
 SERVICES = web.AppKey("services", Services)

@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.app import create_app
 from proxy.config import Settings
+from proxy.log import configure_logging
 from tests.fixtures_upstream import fake_upstream, fake_upstream_factory  # noqa: F401
 
 
@@ -33,16 +34,23 @@ class ProxyHandle:
 MakeProxy = Callable[..., Awaitable[ProxyHandle]]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _logs_to_stderr() -> None:
+    """Logs go to stderr as in the real CLI, so stdout assertions see only output."""
+    configure_logging("console")
+
+
 @pytest.fixture
 def make_proxy(aiohttp_server: Any) -> MakeProxy:
     """Start the real proxy app on loopback: ``await make_proxy(upstream_url, **settings)``."""
 
     async def go(
-        catch_all: str | None = None, *, store: Any = None, planner: Any = None, **config: Any
+        catch_all: str | None = None, *, store_obj: Any = None, planner: Any = None, **config: Any
     ) -> ProxyHandle:
+        """``config`` holds settings sections; the store is off unless ``store=`` is given."""
         config.setdefault("store", {"enabled": False})
         settings = Settings(**config)
-        app = create_app(settings, catch_all=catch_all, store=store, planner=planner)
+        app = create_app(settings, catch_all=catch_all, store=store_obj, planner=planner)
         server = await aiohttp_server(app)  # TestServer enables handler_cancellation
         return ProxyHandle(server=server, app=app)
 

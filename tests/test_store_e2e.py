@@ -1,0 +1,241 @@
+"""Snapshots through the running proxy: every turn recorded, threaded, and inspectable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from proxy.cli import main as cli_main
+from proxy.store.read import SqliteReader
+from tests.conftest import MakeProxy
+from tests.fake_upstream import FakeUpstream
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+]
+
+
+async def _until(check: Callable[[], bool], timeout: float = 3.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+def _sessions(db: Path) -> list[dict[str, Any]]:
+    try:
+        return SqliteReader(db).list_sessions()
+    except Exception:
+        return []
+
+
+async def test_conversation_threads_and_handoff_is_marked(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """Three turns and a model switch become one session with a handoff A → B."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for i, model in enumerate(["gpt-4o", "gpt-4o", "gpt-4o-mini"]):
+        history.append({"role": "user", "content": f"question {i}"})
+        reply = await client.chat.completions.create(model=model, messages=history)  # type: ignore[arg-type]
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    await client.close()
+    await _until(lambda: sum(s["turns"] for s in _sessions(db)) == 3)
+    (session,) = _sessions(db)
+    assert session["turns"] == 3
+    assert session["handoffs"] == 1
+    assert set(session["models"]) == {"gpt-4o", "gpt-4o-mini"}
+    detail = SqliteReader(db).session(session["id"])
+    assert [t["model"] for t in detail["timeline"]] == ["gpt-4o", "gpt-4o", "gpt-4o-mini"]
+    turn = SqliteReader(db).turn(session["id"], 3)
+    assert turn["history"] == history[:-1]
+    assert turn["reply"]["content"] == history[-1]["content"]
+
+
+async def test_streamed_tool_call_reply_is_assembled(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """A streamed reply with a tool call is stored as the assembled assistant message."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
+    stream = await client.chat.completions.create(
+        model="gpt-4o",
+        messages=[{"role": "user", "content": "use the tool for cats"}],
+        tools=TOOLS,  # type: ignore[arg-type]
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    args = "".join(
+        [
+            c.choices[0].delta.tool_calls[0].function.arguments or ""  # type: ignore[union-attr,index]
+            async for c in stream
+            if c.choices and c.choices[0].delta.tool_calls
+        ]
+    )
+    await client.close()
+    await _until(lambda: len(_sessions(db)) == 1)
+    turn = SqliteReader(db).turn(_sessions(db)[0]["id"], 1)
+    call = turn["reply"]["tool_calls"][0]
+    assert call["function"]["name"] == "lookup"
+    assert call["function"]["arguments"] == args and json.loads(args)
+    assert turn["usage"]["prompt_tokens"] > 0
+    assert turn["streamed"] is True
+
+
+async def test_workspaces_are_isolated_and_keys_never_stored(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """Two API keys get two workspaces; neither key appears anywhere in the store file."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    for key in ("sk-alice-SECRET-111", "sk-bob-SECRET-222"):
+        client = openai.AsyncOpenAI(base_url=proxy.url, api_key=key, max_retries=0)
+        msgs = [{"role": "user", "content": "same question"}]
+        await client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
+        await client.close()
+    await _until(lambda: len(_sessions(db)) == 2)
+    workspaces = {s["workspace"] for s in _sessions(db)}
+    assert len(workspaces) == 2
+    assert len(SqliteReader(db).list_sessions(workspace=sorted(workspaces)[0])) == 1
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("h.db"))
+    assert b"SECRET" not in raw
+
+
+async def test_cli_lists_what_the_proxy_recorded(
+    fake_upstream: FakeUpstream,
+    make_proxy: MakeProxy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`handoff sessions list --json` shows the session the proxy just recorded."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-x", max_retries=0)
+    msgs = [{"role": "user", "content": "a very particular zebra"}]
+    await client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
+    await client.close()
+    await _until(lambda: len(_sessions(db)) == 1)
+    assert cli_main(["sessions", "list", "--store", str(db), "--json", "--search", "zebra"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == 1 and listed[0]["models"] == ["gpt-4o"]
+
+
+async def test_broken_store_keeps_serving_and_says_so(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """A store that cannot write never fails a request; /healthz reports it degraded."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(blocker / "h.db")})
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-x", max_retries=0)
+    for _ in range(3):
+        msgs = [{"role": "user", "content": "hi"}]
+        reply = await client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
+        assert reply.choices[0].message.content
+    await client.close()
+    async with aiohttp.ClientSession() as s:
+        async with s.get(proxy.root + "/healthz") as r:
+            health = await r.json()
+    assert health["status"] == "degraded"
+    assert health["store"]["ok"] is False and health["store"]["last_error"]
+
+
+async def test_required_store_fails_closed_with_503(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """With store.required, an unwritable store answers 503 rather than serving unrecorded."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    proxy = await make_proxy(
+        fake_upstream.url, store={"path": str(blocker / "h.db"), "required": True}
+    )
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(50):  # the writer notices the failure on its first attempt
+            async with s.post(proxy.url + "/chat/completions", json=body) as r:
+                if r.status == 503:
+                    err = await r.json()
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("store.required never failed closed")
+    assert err["error"]["code"] == "store_unavailable"
+
+
+@pytest.mark.slow
+async def test_kill_9_loses_no_completed_turn(
+    fake_upstream: FakeUpstream, tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """The real server in a subprocess, SIGKILLed a second after its last reply, lost nothing."""
+    db = tmp_path / "h.db"
+    port = unused_tcp_port
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "proxy.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--upstream",
+            fake_upstream.url,
+            "--store",
+            str(db),
+            "--log-format",
+            "json",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HANDOFF_CONFIG": ""},
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.to_thread(proc.stdout.readline)
+        assert b"listening" in line
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        async with aiohttp.ClientSession() as s:
+            for _ in range(100):  # wait for the socket
+                try:
+                    async with s.get(f"http://127.0.0.1:{port}/healthz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+            for i in range(40):
+                body = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"q{i}"}]}
+                async with s.post(url, json=body) as r:
+                    assert r.status == 200
+                    await r.read()
+        await asyncio.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(proc.wait)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    con.close()
+    assert sum(s["turns"] for s in SqliteReader(db).list_sessions(limit=1000)) == 40

@@ -12,7 +12,7 @@ from html import escape
 
 from bench.measure import Row
 
-WIDTH, LABEL, BAR_H, GAP = 760, 300, 18, 8
+WIDTH, LABEL, BAR_H, GAP = 840, 350, 18, 8
 COLOURS = {True: "#2e7d32", False: "#c62828", None: "#757575"}
 
 

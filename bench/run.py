@@ -115,7 +115,7 @@ def start_litellm(fleet: Fleet, upstream: Server, cpus: frozenset[int]) -> Serve
         return fleet.start("litellm", [binary, "--config", str(config), "--port", str(port)],
                            port, cpus)  # fmt: skip
     except RuntimeError as e:
-        return f"LiteLLM failed to start, skipped: {str(e).splitlines()[0]}"
+        return f"LiteLLM failed to start, skipped: {_last_line(e)}"
 
 
 def not_available(what: str, why: str) -> Row:
@@ -167,7 +167,12 @@ def _litellm(
 
 def _store(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores) -> Row:
     what = "snapshots on vs off: throughput at concurrency 16"
-    stored = start_handoff(fleet, "handoff-store", upstream, cores.server, fleet.workdir / "s.db")
+    try:
+        stored = start_handoff(
+            fleet, "handoff-store", upstream, cores.server, fleet.workdir / "s.db"
+        )
+    except RuntimeError as e:
+        return not_available(what, f"handoff with --store did not start ({_last_line(e)})")
     try:
         if not store_wired(stored):
             return not_available(what, "`handoff serve --store` does not open a store yet")
@@ -178,6 +183,11 @@ def _store(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cor
         return row
     finally:
         fleet.stop(stored)
+
+
+def _last_line(e: Exception) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
 
 
 def _say(text: str) -> None:

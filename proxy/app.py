@@ -100,7 +100,7 @@ def access_guard(
     return access
 
 
-async def metrics(request: web.Request) -> web.Response:
+async def metrics_endpoint(request: web.Request) -> web.Response:
     svc = request.app[SERVICES]
     body = await asyncio.to_thread(svc.metrics.render, svc.store)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -133,7 +133,8 @@ def create_app(
     """The proxy. ``store`` defaults to the configured SQLite store (None if disabled);
     ``planner`` to the decision engine built from ``settings``."""
     router = Router(build_upstreams(settings, catch_all))
-    engine = build_engine(settings, router)
+    metrics = Metrics()
+    engine = build_engine(settings, router, metrics=metrics)
     if store is None:
         store = open_store(settings)
     timeout = aiohttp.ClientTimeout(
@@ -149,7 +150,7 @@ def create_app(
         planner=planner or engine,
         store=store,
         timeout=timeout,
-        metrics=Metrics(),
+        metrics=metrics,
     )
     app[ENGINE] = engine
     app.cleanup_ctx.append(_upstream_sessions)
@@ -161,7 +162,7 @@ def create_app(
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/chat/completions", chat_completions)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", metrics_endpoint)
     if isinstance(store, SqliteStore):
         reader = SqliteReader(store.path)
         app.add_subapp("/handoff/v1", create_inspect_app(reader, settings.server.access_key))

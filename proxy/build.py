@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+from policies.base import Message, Summarize
+from proxy.chat_request import ChatRequest
 from proxy.config import Settings
 from proxy.engine import Engine, SummarizerFactory
+from proxy.metrics import Metrics
 from proxy.store.base import Store
 from proxy.store.sqlite import SqliteStore
+from proxy.summarizer import Summarizer
 from proxy.tokens import Calibration, TokenCounter
-from proxy.upstreams import Router
+from proxy.upstreams import Router, Upstream
 from proxy.windows import WindowRegistry
 
 
@@ -16,7 +22,7 @@ def build_engine(
     router: Router,
     *,
     tokens: TokenCounter | None = None,
-    summarizers: SummarizerFactory | None = None,
+    metrics: Metrics | None = None,
 ) -> Engine:
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
     return Engine(
@@ -25,8 +31,44 @@ def build_engine(
         registry,
         tokens or TokenCounter(settings.tokens.cache_size),
         Calibration(),
-        summarizers=summarizers,
+        summarizers=summarizer_factory(settings, router, metrics),
     )
+
+
+def summarizer_factory(
+    settings: Settings, router: Router, metrics: Metrics | None
+) -> SummarizerFactory:
+    """Summaries go to ``compression.summarize.upstream`` (default: the request's own),
+    with that upstream's key, or the client's when the upstream has none."""
+    cfg = settings.compression.summarize
+
+    def make(req: ChatRequest, up: Upstream, client_headers: Mapping[str, str]) -> Summarize | None:
+        target = router.by_name(cfg.upstream) if cfg.upstream else up
+        if target is None or target.session is None:
+            return None
+        summarizer = Summarizer(
+            target.session,
+            target.base_url,
+            dict(target.request_headers(client_headers)),
+            cfg.model or req.model,
+            cfg.timeout_s,
+            cfg.max_tokens,
+        )
+        if metrics is None:
+            return summarizer
+
+        async def counted(messages: Sequence[Message], previous: str | None) -> str:
+            try:
+                text = await summarizer(messages, previous)
+            except Exception:
+                metrics.summarizer_calls.labels("error").inc()
+                raise
+            metrics.summarizer_calls.labels("ok").inc()
+            return text
+
+        return counted
+
+    return make
 
 
 def open_store(settings: Settings) -> Store | None:

@@ -188,3 +188,38 @@ async def test_compress_off_route_only_records(
             status, err = r.status, await r.json()
     assert status == 400 and err["error"]["code"] == "context_length_exceeded"
     assert exact_upstream.chat_requests[0].body == body
+
+
+async def test_summarize_through_the_upstream_and_reuse_it(
+    exact_upstream: FakeUpstream, make_proxy: MakeProxy
+) -> None:
+    """With a summarizer model configured, old turns become one summary, reused turn to turn."""
+    proxy = await make_proxy(
+        exact_upstream.url,
+        models=MODELS_CONFIG,
+        # Elision off (no tool output is that big), so summarize has to do the work.
+        compression={
+            "elide": {"min_tokens": 10**9},
+            "summarize": {"enabled": True, "model": "big-1m"},
+        },
+    )
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-test", max_retries=0)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a code reader."}]
+    policies = []
+    for i in range(16):
+        history += _tool_turn(i, 60)
+        history.append({"role": "user", "content": f"What next after step {i}?"})
+        raw = await client.chat.completions.with_raw_response.create(
+            model="small-8k",
+            messages=history,  # type: ignore[arg-type]
+        )
+        policies.append(raw.headers.get("x-handoff-policy", ""))
+        assert f"after step {i}" in (raw.parse().choices[0].message.content or "")
+        history.pop()
+    await client.close()
+    summary_calls = [r for r in exact_upstream.chat_requests if r.json()["model"] == "big-1m"]
+    compressed = [p for p in policies if p]
+    assert any("summarize" in p for p in compressed)
+    assert 1 <= len(summary_calls) < len(compressed)  # reused, not rewritten every turn
+    sent = [r.json() for r in exact_upstream.chat_requests if r.json()["model"] == "small-8k"]
+    assert any("Echo:" in json.dumps(b["messages"][1]) for b in sent[-3:])  # the summary itself

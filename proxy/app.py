@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy.build import build_engine, open_store
@@ -82,9 +83,7 @@ async def request_log(request: web.Request, handler: Handler) -> web.StreamRespo
         log.info("request", status=status, latency_ms=round((time.perf_counter() - t0) * 1000, 2))
 
 
-def access_guard(
-    access_key: str,
-) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def access_guard(access_key: str) -> Middleware:
     @web.middleware
     async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
         if access_key and request.path != "/healthz":

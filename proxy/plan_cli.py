@@ -72,11 +72,10 @@ def _as_request(data: Any, model: str | None) -> dict[str, Any]:
         data = {"messages": data}
     if not isinstance(data, dict):
         raise ValueError("expected a chat request object or a messages array")
-    if model:
-        data = {**data, "model": model}
-    if not data.get("model"):
+    body: dict[str, Any] = {**data, "model": model} if model else dict(data)
+    if not body.get("model"):
         raise ValueError("no model: pass --model M or put 'model' in the file")
-    return data
+    return body
 
 
 def _as_json(plan: Plan, explain: str) -> dict[str, Any]:

@@ -94,4 +94,5 @@ def test_plan_pinned_too_large_is_rejected(
     system = {"role": "system", "content": "rule " * 10_000}
     src.write_text(json.dumps([system, {"role": "user", "content": "hi"}]))
     assert main(["--config", str(_config(tmp_path)), "plan", str(src), "--model", "tiny-4k"]) == 1
-    assert "context" in capsys.readouterr().out.lower()
+    out = capsys.readouterr().out
+    assert out.startswith("rejected (400)") and "cannot fit tiny-4k" in out

@@ -37,6 +37,9 @@ log = structlog.get_logger("handoff.engine")
 SummarizerFactory = Callable[[ChatRequest, Upstream, Mapping[str, str]], "Summarize | None"]
 """Builds the summarize callable for one request (its upstream and the client's key)."""
 
+CALIBRATE_BOUND = 32_768
+"""Fast-path requests are counted for calibration only below this bound (on the loop)."""
+
 RETRY_SHRINK = 0.85
 """A retry after an overflow the upstream did not quantify aims this much lower."""
 
@@ -101,8 +104,21 @@ class Engine:
         if decision is None or not isinstance(usage, Mapping):
             return
         actual = usage.get("prompt_tokens")
-        if isinstance(actual, int) and plan.raw_tokens:
-            self.calibration.observe(req.model, plan.raw_tokens, actual)
+        if not isinstance(actual, int):
+            return
+        raw = plan.raw_tokens
+        counter = plan.counter
+        # The fast path skipped counting; approximate counts are the ones that need
+        # correcting, so count now (after the reply) when it is cheap.
+        if (
+            raw is None
+            and counter is not None
+            and not counter.exact
+            and counter.upper_bound(req.body) <= CALIBRATE_BOUND
+        ):
+            raw = counter.count_request(req.body)
+        if raw:
+            self.calibration.observe(req.model, raw, actual)
 
     async def _target(self, req: ChatRequest, info: ModelInfo, hard_limit: int | None) -> _Target:
         counter = await self._counter(req.model, info)
@@ -172,7 +188,13 @@ class Engine:
         headers = _headers(target.budget, tokens, exact, "passthrough", ())
         if tokens is None:
             headers["x-handoff-tokens-bound"] = str(target.counter.upper_bound(req.body))
-        return Plan(body=req.raw, decision=decision, headers=headers, raw_tokens=raw_tokens)
+        return Plan(
+            body=req.raw,
+            decision=decision,
+            headers=headers,
+            raw_tokens=raw_tokens,
+            counter=target.counter,
+        )
 
     async def _compress(
         self,

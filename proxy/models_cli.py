@@ -18,6 +18,7 @@ from rich.table import Column, Table
 
 from proxy.budget import compute_budget
 from proxy.config import Settings, load_settings
+from proxy.store.read import SqliteReader
 from proxy.tokens import Calibration, TokenCounter
 from proxy.windows import ModelInfo, WindowRegistry
 
@@ -40,12 +41,24 @@ def run(args: argparse.Namespace, calibration: Calibration | None = None) -> int
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
     if args.name is None:
         return _list(registry, args.json)
+    if calibration is None:
+        calibration = _stored_calibration(settings)
     report = describe(args.name, registry, settings, TokenCounter(0), calibration)
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _print_report(report)
     return 0 if report["known"] else 1
+
+
+def _stored_calibration(settings: Settings) -> Calibration | None:
+    """The calibration the proxy persisted in its store, if there is one."""
+    path = settings.store_path()
+    if not settings.store.enabled or not path.is_file():
+        return None
+    calibration = Calibration()
+    calibration.load(SqliteReader(path).load_calibration())
+    return calibration
 
 
 def describe(

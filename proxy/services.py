@@ -13,6 +13,7 @@ from proxy.chat_request import ChatRequest
 from proxy.config import Settings
 from proxy.metrics import Metrics
 from proxy.store.base import Decision, Store
+from proxy.tokens import ModelCounter
 from proxy.upstreams import Router, Upstream
 
 
@@ -25,6 +26,7 @@ class Plan:
     forwarded: list[dict[str, object]] | None = None  # messages, when rewritten
     headers: dict[str, str] | None = None  # x-handoff-* response headers
     raw_tokens: int | None = None  # our uncorrected count of what is sent (calibration)
+    counter: ModelCounter | None = None  # the target's counter, to count later if skipped
 
     @property
     def response_headers(self) -> dict[str, str]:

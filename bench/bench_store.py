@@ -79,7 +79,7 @@ def _prose(rng: random.Random, n_words: int) -> str:
 def turns(n: int, seed: int = 7) -> list[TurnRecord]:
     """``n`` turns of a coding-assistant session: prose, tool calls, tool results.
 
-    Replies and tool results are 1–5 KB; every other turn calls a tool, so 500
+    Replies and tool results are 1-5 KB; every other turn calls a tool, so 500
     turns end with about 1,250 messages.
     """
     rng = random.Random(seed)

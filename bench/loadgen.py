@@ -69,6 +69,11 @@ class _Loop:
     ok: int = 0
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def fail(self, why: str) -> None:
+        self.errors += 1
+        self.failures[why] = self.failures.get(why, 0) + 1
 
     def take(self) -> bool:
         if self.issued >= self.limit or time.perf_counter() >= self.deadline:
@@ -90,8 +95,8 @@ async def _worker(port: int, payload: bytes, loop: _Loop) -> None:
                 conn = await _connect(port)
             conn[1].write(payload)
             status = await read_response(conn[0])
-        except (OSError, asyncio.IncompleteReadError, ValueError):
-            loop.errors += 1
+        except (OSError, asyncio.IncompleteReadError, ValueError) as e:
+            loop.fail(type(e).__name__)
             if conn is not None:
                 conn[1].close()
             conn = None
@@ -100,7 +105,7 @@ async def _worker(port: int, payload: bytes, loop: _Loop) -> None:
         if status == 200:
             loop.ok += 1
         else:
-            loop.errors += 1
+            loop.fail(f"status {status}")
     if conn is not None:
         conn[1].close()
 
@@ -130,6 +135,7 @@ async def closed(
         "rps": loop.ok / elapsed if elapsed > 0 else 0.0,
         "p50_ms": percentile(loop.latencies, 50),
         "p95_ms": percentile(loop.latencies, 95),
+        "failures": loop.failures,
     }
 
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.clients import LoadGen, Wrk
-from bench.procs import Server, cpu_seconds, memory_kb, reset_peak
+from bench.procs import Server, cpu_seconds, memory_kb, reset_peak, settle
 
 CHAT = "/v1/chat/completions"
 
@@ -82,10 +82,13 @@ def median(values: Sequence[float]) -> float:
 def interleave(
     rounds: int, targets: Sequence[Server], once: Callable[[Server], float]
 ) -> dict[str, list[float]]:
-    """``once(target)`` for A B A B … over ``rounds``; the figures per target name."""
+    """``once(target)`` for A B A B … over ``rounds``, each once all targets are idle
+    (so one's deferred work never runs during another's turn); figures per target name."""
     out: dict[str, list[float]] = {t.name: [] for t in targets}
+    pids = [t.pid for t in targets]
     for _ in range(rounds):
         for target in targets:
+            settle(pids)
             out[target.name].append(once(target))
     return out
 
@@ -108,6 +111,7 @@ def cpu_per_request(b: Bench, fwd: Server, handoff: Server, body: str) -> Row:
         r = b.lg.run(op="closed", port=t.port, path=CHAT, body_file=b.bodies[body],
                      concurrency=b.plan.cpu_concurrency, requests=b.plan.cpu_requests,
                      seconds=b.plan.step_seconds)  # fmt: skip
+        settle([t.pid])  # work deferred past the answers (e.g. store writes) counts too
         return (cpu_seconds(t.pid) - before) * 1000 / max(1, int(r["ok"]) + int(r["errors"]))
 
     per = interleave(b.plan.rounds, [fwd, handoff], once)
@@ -222,7 +226,7 @@ def streaming(b: Bench, direct: Server, fwd: Server, handoff: Server) -> list[Ro
     ]  # fmt: skip
 
 
-def peak_rss(b: Bench, server: Server) -> dict[str, float]:
+def peak_rss(b: Bench, server: Server) -> dict[str, Any]:
     """Peak RSS of ``server`` while ``big_concurrency`` big requests are in flight.
 
     The peak is reset first (``clear_refs``), so earlier measurements do not count.
@@ -234,10 +238,11 @@ def peak_rss(b: Bench, server: Server) -> dict[str, float]:
                  seconds=max(60.0, b.plan.step_seconds))  # fmt: skip
     peak = memory_kb(server.pid)["VmHWM"] * 1024
     return {"idle_rss": idle, "peak_rss": peak, "ok": r["ok"], "errors": r["errors"],
-            "elapsed_s": r["elapsed_s"], "peak_reset": reset}  # fmt: skip
+            "elapsed_s": r["elapsed_s"], "peak_reset": reset,
+            "failures": r["failures"]}  # fmt: skip
 
 
-def memory_row(b: Bench, handoff: dict[str, float], fwd: dict[str, float]) -> Row:
+def memory_row(b: Bench, handoff: dict[str, Any], fwd: dict[str, Any]) -> Row:
     in_flight = b.plan.big_bytes * b.plan.big_concurrency
     growth = handoff["peak_rss"] - handoff["idle_rss"]
     b.raw["peak_rss"] = {"handoff": handoff, "forwarder": fwd, "bytes_in_flight": in_flight}
@@ -247,6 +252,8 @@ def memory_row(b: Bench, handoff: dict[str, float], fwd: dict[str, float]) -> Ro
         f"= {in_flight / mib:.0f} MiB in flight; handoff grew {growth / mib:.0f} MiB over idle; "
         f"{int(handoff['ok'])} ok, {int(handoff['errors'])} errors in {handoff['elapsed_s']:.1f} s"
     )
+    if handoff["failures"]:
+        note += f" ({handoff['failures']})"
     if not handoff["peak_reset"]:
         note += "; peak RSS could not be reset, so it counts since start"
     return Row("peak RSS, 64 concurrent big requests", "bare forwarder",

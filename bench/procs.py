@@ -97,6 +97,20 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settle(
+    pids: Sequence[int], window: float = 0.05, busy: float = 0.1, limit: float = 5.0
+) -> bool:
+    """Wait until ``pids`` together use under ``busy`` of a core over ``window`` seconds
+    (deferred work such as store writes has drained); False if ``limit`` passed first."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = sum(cpu_seconds(p) for p in pids)
+        time.sleep(window)
+        if sum(cpu_seconds(p) for p in pids) - before < busy * window:
+            return True
+    return False
+
+
 def memory_kb(pid: int) -> dict[str, int]:
     """``VmRSS`` (now) and ``VmHWM`` (peak) in KiB from ``/proc/PID/status``."""
     out: dict[str, int] = {}

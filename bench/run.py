@@ -29,10 +29,10 @@ from bench.procs import Cores, Fleet, Server, free_port
 WORDS = "the quick brown fox jumps over the lazy dog while handoff keeps the thread "
 
 
-def chat_body(size: int, stream: bool = False) -> bytes:
-    """A chat request of about ``size`` bytes of realistic text (at least a tiny one)."""
+def chat_body(size: int, stream: bool = False, model: str = "gpt-4o-mini") -> bytes:
+    """A chat request of exactly ``size`` bytes of plain text (or the smallest one)."""
     body: dict[str, Any] = {
-        "model": "gpt-4o-mini",
+        "model": model,
         "messages": [
             {"role": "system", "content": "You are a terse assistant."},
             {"role": "user", "content": ""},
@@ -46,12 +46,13 @@ def chat_body(size: int, stream: bool = False) -> bytes:
 
 
 def write_bodies(workdir: Path, plan: Plan) -> dict[str, str]:
-    sizes = {"1k": (1024, False), "32k": (32 << 10, False), "stream": (1024, True)}
-    sizes["big"] = (plan.big_bytes, False)
+    # The big body names a 1M-token model so that it fits and passes through unchanged.
+    sizes = {"1k": (1024, False, "gpt-4o-mini"), "32k": (32 << 10, False, "gpt-4o-mini"),
+             "stream": (1024, True, "gpt-4o-mini"), "big": (plan.big_bytes, False, "gpt-4.1")}  # fmt: skip
     paths = {}
-    for name, (size, stream) in sizes.items():
+    for name, (size, stream, model) in sizes.items():
         path = workdir / f"body-{name}.json"
-        path.write_bytes(chat_body(size, stream))
+        path.write_bytes(chat_body(size, stream, model))
         paths[name] = str(path)
     return paths
 

@@ -2,7 +2,9 @@
 
 Only what handoff must understand to count and compress is checked: a JSON object
 with a string ``model`` and a ``messages`` list of objects with a string ``role``.
-Everything else is the upstream's to judge, so it passes through untouched.
+Everything else is the upstream's to judge, so it passes through untouched, with
+one exception: JSON nested deeper than orjson can write back (:data:`MAX_DEPTH`) is
+refused, because handoff could neither snapshot nor rewrite it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from proxy.chat_request import ChatRequest
 from proxy.errors import InvalidRequest
 
 _CONTENT_TYPES = (str, list, type(None))
+MAX_DEPTH = 254
+"""orjson reads 1024 levels but writes only 254; a deeper body cannot be stored."""
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -33,7 +37,20 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest(
             f"The request body must be a JSON object, not a JSON {type(body).__name__}."
         )
+    _check_depth(body)
     return body
+
+
+def _check_depth(body: dict[str, Any]) -> None:
+    """Refuse what the store and the rewriter could not serialise (cheap: ~10 µs per
+    32 KB, far less than a Python walk over the parsed tree)."""
+    try:
+        orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        raise InvalidRequest(
+            f"The request body nests arrays or objects more than {MAX_DEPTH} levels deep; "
+            "handoff cannot record or rewrite JSON that deep."
+        ) from None
 
 
 def parse_chat(raw: bytes) -> ChatRequest:

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
+import struct
+from collections.abc import Sequence
 
 from proxy.store.canonical import unpack_body
-from proxy.store.write import unpack_ids
+
+
+def pack_ids(ids: Sequence[int]) -> bytes:
+    return struct.pack(f"<{len(ids)}q", *ids)
+
+
+def unpack_ids(blob: bytes) -> list[int]:
+    return list(struct.unpack(f"<{len(blob) // 8}q", blob))
+
 
 Memo = dict[int, tuple[list[int], int | None]]
 """turn id → (history message ids, reply message id)."""
@@ -31,6 +41,14 @@ def history_ids(db: sqlite3.Connection, turn_id: int, memo: Memo | None = None) 
             prefix = [*ids, base_reply] if base_reply is not None else ids
         memo[tid_] = (prefix[:base_len] + unpack_ids(tail), reply)
     return memo[turn_id][0]
+
+
+def extended_ids(db: sqlite3.Connection, turn_id: int) -> list[int]:
+    """The message ids of ``turn_id``'s history followed by its reply (if any)."""
+    memo: Memo = {}
+    ids = history_ids(db, turn_id, memo)
+    reply = memo[turn_id][1]
+    return [*ids, reply] if reply is not None else ids
 
 
 def load_messages(db: sqlite3.Connection, ids: list[int]) -> dict[int, bytes]:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import orjson
 
 from proxy.store.canonical import unpack_body
-from proxy.store.history import history_ids
+from proxy.store.history import history_ids, pack_ids, unpack_ids
 from proxy.store.migrations import has_fts
-from proxy.store.write import message_text, pack_ids, unpack_ids
+from proxy.store.write import message_text
 
 
 def delete_sessions(db: sqlite3.Connection, session_ids: Sequence[str]) -> int:

@@ -8,6 +8,11 @@ it in one transaction and commits, so a turn is on disk within
 missing directory) are logged, counted and reported by :meth:`health`; the batch
 stays queued and is retried, and when the queue is full the oldest turn is
 dropped and counted.
+
+The writer shares the GIL with the event loop, so its CPU is taken from request
+handling. It keeps a :class:`~proxy.store.prefix.PrefixCache` so a turn costs
+its new messages, not its whole history, and it lets other threads run between
+the turns of a batch.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from proxy.store import retention
 from proxy.store.base import StoreHealth, TurnRecord
 from proxy.store.db import connect
 from proxy.store.migrations import has_fts
+from proxy.store.prefix import PrefixCache
 from proxy.store.write import save_calibration, write_turn
 
 log = structlog.get_logger("handoff.store")
@@ -66,12 +72,16 @@ class SqliteStore:
         max_bytes: int | None = None,
         max_queue: int = 10_000,
         busy_timeout_ms: int = 2000,
+        prefix_cache_sessions: int = 256,
+        prefix_cache_bytes: int = 32 << 20,
     ) -> None:
         self.path = Path(path)
         self.flush_interval_s = flush_interval_s
         self.redact = redact
         self.max_bytes = max_bytes
         self.busy_timeout_ms = busy_timeout_ms
+        self.prefix_cache_sessions = prefix_cache_sessions
+        self.prefix_cache_bytes = prefix_cache_bytes
         self._cond = threading.Condition()
         self._state = _State(queue=collections.deque(maxlen=max_queue))
         self._thread: threading.Thread | None = None
@@ -162,6 +172,7 @@ class SqliteStore:
     # -- the writer thread --------------------------------------------------
     def _run(self) -> None:
         db: sqlite3.Connection | None = None
+        cache = PrefixCache(self.prefix_cache_sessions, self.prefix_cache_bytes)
         try:
             while True:
                 with self._cond:
@@ -175,7 +186,7 @@ class SqliteStore:
                     s.busy = len(batch)
                 if not batch:
                     continue
-                db = self._write(db, batch)
+                db = self._write(db, batch, cache)
                 if db is None:
                     self._requeue(batch)
                     if self._state.closing:
@@ -185,7 +196,9 @@ class SqliteStore:
             if db is not None:
                 db.close()
 
-    def _write(self, db: sqlite3.Connection | None, batch: list[_Job]) -> sqlite3.Connection | None:
+    def _write(
+        self, db: sqlite3.Connection | None, batch: list[_Job], cache: PrefixCache
+    ) -> sqlite3.Connection | None:
         """Write ``batch`` in one transaction; return the connection, or None on failure."""
         try:
             if db is None:
@@ -193,8 +206,10 @@ class SqliteStore:
             fts = has_fts(db)
             db.execute("BEGIN IMMEDIATE")
             try:
-                for job in batch:
-                    self._write_one(db, job, fts)
+                for i, job in enumerate(batch):
+                    if i:
+                        time.sleep(0)  # release the GIL: the event loop may be waiting
+                    self._write_one(db, job, fts, cache)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -215,13 +230,13 @@ class SqliteStore:
             self._enforce_cap(db)
         return db
 
-    def _write_one(self, db: sqlite3.Connection, job: _Job, fts: bool) -> None:
+    def _write_one(self, db: sqlite3.Connection, job: _Job, fts: bool, cache: PrefixCache) -> None:
         db.execute("SAVEPOINT job")
         try:
             if isinstance(job, _Calibration):
                 save_calibration(db, job.data)
             else:
-                write_turn(db, job, redact=self.redact, fts=fts)
+                write_turn(db, job, redact=self.redact, fts=fts, cache=cache)
             db.execute("RELEASE job")
         except (TypeError, ValueError, orjson.JSONEncodeError) as e:
             # A turn that cannot be serialised will never be; drop it, keep the rest.

@@ -85,9 +85,10 @@ class Engine:
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
         target = await self._target(req, info, hard_limit)
         budget = target.budget
-        if hard_limit is None and target.counter.upper_bound(req.body) <= budget.budget:
+        bound = target.counter.upper_bound(req.body)
+        if hard_limit is None and bound <= budget.budget:
             # A token covers at least one byte: this cannot exceed the budget.
-            return self._passthrough(req, target, None, None)
+            return self._passthrough(req, target, None, None, bound=bound)
         counted = await target.counter.count_request_async(req.body)
         tokens = self._corrected(req.model, target.counter, counted)
         if hard_limit is None and tokens <= budget.budget:
@@ -174,6 +175,7 @@ class Engine:
         tokens: int | None,
         raw_tokens: int | None,
         note: str = "",
+        bound: int | None = None,
     ) -> Plan:
         exact = target.counter.exact
         decision = Decision(
@@ -186,8 +188,8 @@ class Engine:
             steps=({"note": note},) if note else (),
         )
         headers = _headers(target.budget, tokens, exact, "passthrough", ())
-        if tokens is None:
-            headers["x-handoff-tokens-bound"] = str(target.counter.upper_bound(req.body))
+        if bound is not None:
+            headers["x-handoff-tokens-bound"] = str(bound)
         return Plan(
             body=req.raw,
             decision=decision,

@@ -19,6 +19,10 @@ from proxy.windows.builtin import BuiltinEntry, load_builtin
 from proxy.windows.matching import best_match, candidates, glob_matches
 
 
+_MAX_CACHED = 4096
+"""Distinct (model, upstream) lookups remembered; the cache starts over past this."""
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """The limits that apply to one model name.
@@ -60,6 +64,8 @@ class WindowRegistry:
                 index.setdefault(key, entry)
         self._index = MappingProxyType(index)
         self._discovered: Mapping[str, Mapping[str, int]] = MappingProxyType({})
+        self._lookups: dict[tuple[str, str | None], ModelInfo | None] = {}
+        self._override_cache: dict[str, ModelOverride | None] = {}
 
     def learn(self, upstream_name: str, windows: Mapping[str, int]) -> None:
         """Remember the windows an upstream listed (replacing its earlier listing)."""
@@ -67,11 +73,23 @@ class WindowRegistry:
         merged = dict(self._discovered)
         merged[upstream_name] = MappingProxyType(clean)
         self._discovered = MappingProxyType(merged)  # one atomic rebind
+        self._lookups = {}  # what was resolved before may resolve differently now
 
     def lookup(self, model: str, upstream: str | None = None) -> ModelInfo | None:
-        """The limits for ``model``, or None when nobody knows it and there is no default."""
+        """The limits for ``model``, or None when nobody knows it and there is no default.
+
+        Cached per (model, upstream): every request asks, and name matching is not free."""
+        key = (model, upstream)
+        try:
+            return self._lookups[key]
+        except KeyError:
+            pass
         res = self._resolve(model, upstream)
-        return res.info if res else None
+        info = res.info if res else None
+        if len(self._lookups) >= _MAX_CACHED:
+            self._lookups = {}
+        self._lookups[key] = info
+        return info
 
     def explain(self, model: str, upstream: str | None = None) -> str:
         """Human text: which entry matched, by which rule, and what overrode what."""
@@ -92,8 +110,16 @@ class WindowRegistry:
 
     def override_for(self, model: str) -> ModelOverride | None:
         """The merged config override for ``model`` (e.g. for its ``margin``), if any."""
+        try:
+            return self._override_cache[model]
+        except KeyError:
+            pass
         pats = glob_matches(model, self._overrides)
-        return _merge([self._overrides[p] for p in pats]) if pats else None
+        merged = _merge([self._overrides[p] for p in pats]) if pats else None
+        if len(self._override_cache) >= _MAX_CACHED:
+            self._override_cache = {}
+        self._override_cache[model] = merged
+        return merged
 
     def entries(self) -> list[ModelInfo]:
         """Every known window: built-in, then discovered, then config (literal names)."""

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy import models_cli, plan_cli, serve_cli, sessions_cli
+from proxy import demo, models_cli, plan_cli, serve_cli, sessions_cli
 from proxy.config import ConfigError
 from proxy.log import configure_logging
 
-COMMANDS = (serve_cli, models_cli, plan_cli, sessions_cli)
+COMMANDS = (serve_cli, models_cli, plan_cli, sessions_cli, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.config import ConfigError, Settings, UpstreamSettings
-from proxy.errors import NoRoute
+from proxy.errors import InvalidRequest, NoRoute
 
 HOP_BY_HOP = frozenset(
     {
@@ -49,12 +49,22 @@ class Upstream:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     ca_bundle: str | None = None
     session: aiohttp.ClientSession | None = field(default=None, repr=False)
+    _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
 
     def matches(self, model: str) -> bool:
         return any(fnmatchcase(model, p) for p in self.patterns)
 
     def url(self, path_qs: str) -> str:
-        """``path_qs`` is relative to ``/v1`` (e.g. ``/chat/completions?x=1``)."""
+        """``path_qs`` is relative to ``/v1`` (e.g. ``/chat/completions?x=1``).
+
+        A ``.`` or ``..`` segment (e.g. from a client's ``..%2F``) would let the request
+        leave ``base_url``'s path once the URL is normalised, so it is refused."""
+        path = path_qs.split("?", 1)[0]
+        if any(seg in (".", "..") for seg in path.split("/")):
+            raise InvalidRequest(
+                "The request path may not contain '.' or '..' segments: handoff only "
+                f"forwards below the upstream's base URL ({self.name!r})."
+            )
         return self.base_url + path_qs
 
     def request_headers(
@@ -77,9 +87,15 @@ class Upstream:
         return out
 
     def ssl_context(self) -> ssl.SSLContext | bool:
-        if self.ca_bundle:
-            return ssl.create_default_context(cafile=self.ca_bundle)
-        return True
+        """Verification always on; with ``ca_bundle``, one context trusting that CA.
+
+        Built once: aiohttp pools connections per SSL context object, so a fresh
+        context per request would open (and keep) a new connection every time."""
+        if not self.ca_bundle:
+            return True
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=self.ca_bundle)
+        return self._ssl
 
 
 def build_upstreams(settings: Settings, catch_all: str | None = None) -> list[Upstream]:
@@ -98,7 +114,7 @@ def _from_settings(u: UpstreamSettings) -> Upstream:
                 f"upstreams[{u.name}].api_key_env: environment variable {u.api_key_env} "
                 "is not set; export it, or remove api_key_env to forward the client's key"
             )
-    return Upstream(
+    up = Upstream(
         name=u.name,
         base_url=u.base_url,
         patterns=tuple(u.models),
@@ -107,6 +123,13 @@ def _from_settings(u: UpstreamSettings) -> Upstream:
         headers=dict(u.headers),
         ca_bundle=u.ca_bundle,
     )
+    try:
+        up.ssl_context()  # load the CA bundle now: a bad one fails at start-up, by name
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(
+            f"upstreams[{u.name}].ca_bundle: cannot load {u.ca_bundle!r} as PEM certificates: {e}"
+        ) from None
+    return up
 
 
 class Router:

@@ -51,6 +51,11 @@ async def send(
             f"Upstream {up.name!r} did not answer in time (timeouts.connect_s / "
             "timeouts.read_s). Check that it is up, or raise the timeouts."
         ) from None
+    except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError) as e:
+        raise UpstreamUnreachable(
+            f"TLS with upstream {up.name!r} at {up.base_url} failed: {e}. If it uses a "
+            "private CA or a self-signed certificate, set ca_bundle for it."
+        ) from None
     except aiohttp.ClientConnectorError as e:
         raise UpstreamUnreachable(
             f"Cannot connect to upstream {up.name!r} at {up.base_url}: {e.os_error or e}. "

@@ -22,7 +22,8 @@ Tables (see ``m001_initial``):
     (see ``forwarded``). ``decision``, ``usage``, ``error`` are JSON;
     ``handoff_from`` is the previous turn's model when it differs.
 ``session_messages``
-    Which session first stored which message: full-text search maps hits to sessions.
+    Which sessions hold which message in a history or reply (a fork also holds
+    the messages it shares with its parent): full-text search maps hits to sessions.
 ``messages_fts``
     FTS5 over message text (contentless, ``detail=none``: small); absent when
     this SQLite lacks FTS5, and search falls back to LIKE.
@@ -38,6 +39,8 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
+
+from proxy.store.history import history_ids
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -118,7 +121,21 @@ def m002_fts(db: sqlite3.Connection) -> None:
         db.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='', detail=none)")
 
 
-MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_fts)
+def m003_fork_messages(db: sqlite3.Connection) -> None:
+    # Forks used to list only the messages they added, so search missed them
+    # for the messages they share with their parent.
+    forks = db.execute(
+        """SELECT t.id, t.session_id FROM turns t JOIN turns b ON b.id = t.base_turn
+           WHERE b.session_id != t.session_id"""
+    ).fetchall()
+    for tid, sid in forks:
+        db.executemany(
+            "INSERT OR IGNORE INTO session_messages VALUES (?, ?)",
+            [(mid, sid) for mid in history_ids(db, tid)],
+        )
+
+
+MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_fts, m003_fork_messages)
 
 
 def migrate(db: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[str]:

@@ -123,7 +123,7 @@ def test_history_reconstructed_exactly(db_path: Path) -> None:
     """Every turn's history, reply and forwarded list read back as recorded."""
     turns = conversation(7)
     last = turns[-1]
-    turns.append(compressed([*last.messages, dict(last.reply or {}), U2], A2))
+    turns.append(compressed([*map(dict, last.messages), dict(last.reply or {}), U2], A2))
     write(db_path, turns)
     reader = SqliteReader(db_path)
     (s,) = reader.list_sessions()

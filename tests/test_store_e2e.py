@@ -23,7 +23,7 @@ from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = [
+TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {
@@ -82,13 +82,13 @@ async def test_streamed_tool_call_reply_is_assembled(
     stream = await client.chat.completions.create(
         model="gpt-4o",
         messages=[{"role": "user", "content": "use the tool for cats"}],
-        tools=TOOLS,  # type: ignore[arg-type]
+        tools=TOOLS,
         stream=True,
         stream_options={"include_usage": True},
     )
     args = "".join(
         [
-            c.choices[0].delta.tool_calls[0].function.arguments or ""  # type: ignore[union-attr,index]
+            c.choices[0].delta.tool_calls[0].function.arguments or ""  # type: ignore[union-attr]
             async for c in stream
             if c.choices and c.choices[0].delta.tool_calls
         ]

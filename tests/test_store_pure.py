@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -18,7 +20,7 @@ SECRETS = [
     "github_pat_" + "11AAAA" * 6,
 ]
 secret = st.sampled_from(SECRETS)
-filler = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40).map(
+filler = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40).map(
     lambda s: s + " "
 )
 
@@ -48,7 +50,10 @@ def test_bearer_tokens_and_plain_words() -> None:
 
 def test_redact_json_walks_nested_values() -> None:
     """Strings inside lists and dicts (tool-call arguments) are redacted; keys kept."""
-    msg = {"role": "assistant", "tool_calls": [{"function": {"arguments": SECRETS[0]}}]}
+    msg: dict[str, Any] = {
+        "role": "assistant",
+        "tool_calls": [{"function": {"arguments": SECRETS[0]}}],
+    }
     out = redact_json(msg)
     assert out["tool_calls"][0]["function"]["arguments"] == "sk-" + MASK
     assert msg["tool_calls"][0]["function"]["arguments"] == SECRETS[0]  # input untouched

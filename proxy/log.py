@@ -7,12 +7,14 @@ A last-line scrubber drops anything that looks like a credential, so a careless
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
 from collections.abc import MutableMapping
 from typing import Any, Literal
 
+import orjson
 import structlog
 
 _SECRET_KEYS = re.compile(r"authorization|api[-_]?key|access[-_]?key|secret|password|token$", re.I)
@@ -21,32 +23,54 @@ _SECRET_VALUES = re.compile(
 )
 
 
-def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    for key in list(event):
-        value = event[key]
-        if _SECRET_KEYS.search(key) and isinstance(value, str) and key not in _SAFE_KEYS:
-            event[key] = "[redacted]"
-        elif isinstance(value, str):
-            event[key] = _SECRET_VALUES.sub("[redacted]", value)
-    return event
-
-
+# Cheap substrings that every secret shape above contains; most values have none.
+_SECRET_HINTS = ("Bearer", "sk-", "AKIA", "hp_", "ho_", "hu_", "hs_", "hr_")
 # Fields whose names look secret but hold counts, not credentials.
 _SAFE_KEYS = frozenset({"tokens", "forwarded_tokens", "max_tokens", "event"})
 
 
-def _stderr_logger(*_: Any) -> structlog.PrintLogger:
+@functools.lru_cache(maxsize=1024)
+def _secret_key(key: str) -> bool:
+    return key not in _SAFE_KEYS and _SECRET_KEYS.search(key) is not None
+
+
+def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key, value in event.items():
+        if not isinstance(value, str):
+            continue
+        if _secret_key(key):
+            event[key] = "[redacted]"
+        elif any(h in value for h in _SECRET_HINTS):
+            event[key] = _SECRET_VALUES.sub("[redacted]", value)
+    return event
+
+
+def _stderr_text(*_: Any) -> structlog.PrintLogger:
     return structlog.PrintLogger(sys.stderr)
+
+
+def _stderr_bytes(*_: Any) -> structlog.BytesLogger | structlog.PrintLogger:
+    buffer = getattr(sys.stderr, "buffer", None)
+    return structlog.BytesLogger(buffer) if buffer is not None else _stderr_text()
+
+
+def _orjson_dumps(event: Any, **_: Any) -> bytes:
+    return orjson.dumps(event, default=str)
 
 
 def configure_logging(
     fmt: Literal["console", "json"] = "console", level: int = logging.INFO
 ) -> None:
+    """JSON lines via orjson (the request path logs once per request, so it must be
+    cheap), or a readable console format. Loggers look sys.stderr up when created,
+    never capture it once: it may be replaced (tests, daemonizers)."""
     renderer: structlog.typing.Processor
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer()
+        renderer = structlog.processors.JSONRenderer(serializer=_orjson_dumps)
+        factory: Any = _stderr_bytes
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        factory = _stderr_text
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -56,7 +80,6 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        # sys.stderr looked up per logger, not captured once: it may be replaced.
-        logger_factory=_stderr_logger,
+        logger_factory=factory,
         cache_logger_on_first_use=False,
     )

@@ -80,6 +80,10 @@ class Engine:
         client_headers: Mapping[str, str] | None = None,
     ) -> Plan:
         info = self.registry.lookup(req.model, up.name)
+        if info is None and hard_limit:
+            # Unknown to us, but the upstream just named its window in an error.
+            out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
+            info = ModelInfo(req.model, hard_limit, out, None, "upstream-error", req.model)
         if info is None:
             self._warn_unknown(req.model)
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
@@ -91,6 +95,11 @@ class Engine:
             return self._passthrough(req, target, None, None, bound=bound)
         counted = await target.counter.count_request_async(req.body)
         tokens = self._corrected(req.model, target.counter, counted)
+        if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
+            # Our count fit the limit the upstream enforces, so the count ran low:
+            # aim below what was just refused.
+            budget = _capped(budget, int(tokens * RETRY_SHRINK))
+            target = _Target(target.info, target.counter, budget)
         if hard_limit is None and tokens <= budget.budget:
             return self._passthrough(req, target, tokens, counted)
         if not (up.compress and self.settings.compression.enabled):
@@ -125,6 +134,10 @@ class Engine:
         counter = await self._counter(req.model, info)
         override = self.registry.override_for(req.model)
         margin = override.margin if override is not None else None
+        if hard_limit and hard_limit >= info.context_window:
+            # The upstream rejected a request we sized for this very window: our count
+            # ran low for it. Aim lower rather than resend the same body.
+            hard_limit = 0
         if hard_limit:
             info = ModelInfo(
                 info.name,
@@ -136,9 +149,7 @@ class Engine:
             )
         budget = compute_budget(info, req.body, self.settings.tokens, counter.exact, margin)
         if hard_limit == 0:
-            shrunk = int(budget.budget * RETRY_SHRINK)
-            margin = budget.window - budget.reserved_output - shrunk
-            budget = Budget(budget.window, budget.reserved_output, margin, shrunk)
+            budget = _capped(budget, int(budget.budget * RETRY_SHRINK))
         return _Target(info, counter, budget)
 
     async def _counter(self, model: str, info: ModelInfo) -> ModelCounter:
@@ -220,15 +231,7 @@ class Engine:
         try:
             result = await compress(req.messages, ctx, chain)
         except PinnedTooLarge as e:
-            raise ContextTooLarge(
-                f"This conversation cannot fit {req.model}: its system prompt and newest user "
-                f"message alone take {e.pinned_tokens:,} tokens, over the model's prompt budget of "
-                f"{target.budget.budget:,} (window {target.budget.window:,} minus "
-                f"{target.budget.reserved_output:,} reserved for output and a "
-                f"{target.budget.margin:,}-token margin). Shorten them, lower max_tokens, or "
-                "use a model with a larger window.",
-                param="messages",
-            ) from None
+            raise _too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
             self.cuts.put(key, result.cut)
         return self._compressed_plan(req, target, tokens, result)
@@ -281,6 +284,30 @@ class Engine:
                 model=model,
                 hint=f'set [models."{model}"] context_window = N, or tokens.default_context_window',
             )
+
+
+def _capped(budget: Budget, limit: int) -> Budget:
+    """The same budget lowered to ``limit`` (the difference added to the margin)."""
+    limit = max(0, min(budget.budget, limit))
+    margin = budget.window - budget.reserved_output - limit
+    return Budget(budget.window, budget.reserved_output, margin, limit)
+
+
+def _too_large(model: str, budget: Budget, pinned: int) -> ContextTooLarge:
+    if budget.reserved_output >= budget.window - budget.margin:
+        return ContextTooLarge(
+            f"max_tokens / max_completion_tokens ({budget.reserved_output:,}) leaves no room "
+            f"for any prompt in {model}'s {budget.window:,}-token window. Lower it.",
+            param="max_tokens",
+        )
+    return ContextTooLarge(
+        f"This conversation cannot fit {model}: its system prompt and newest user "
+        f"message alone take {pinned:,} tokens, over the model's prompt budget of "
+        f"{budget.budget:,} (window {budget.window:,} minus {budget.reserved_output:,} "
+        f"reserved for output and a {budget.margin:,}-token margin). Shorten them, lower "
+        "max_tokens, or use a model with a larger window.",
+        param="messages",
+    )
 
 
 def _headers(

@@ -223,3 +223,59 @@ async def test_summarize_through_the_upstream_and_reuse_it(
     assert 1 <= len(summary_calls) < len(compressed)  # reused, not rewritten every turn
     sent = [r.json() for r in exact_upstream.chat_requests if r.json()["model"] == "small-8k"]
     assert any("Echo:" in json.dumps(b["messages"][1]) for b in sent[-3:])  # the summary itself
+
+
+async def test_retry_aims_lower_when_our_count_ran_low(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """The upstream counts 1.3x ours and refuses at the very window we know: the one retry
+    goes below what was refused instead of resending the same body."""
+    ours = TokenCounter(cache_size=10_000).for_model("gpt-4o")
+    fake = await fake_upstream_factory(
+        models=WINDOWS, count_tokens=lambda body: round(ours.count_request(body) * 1.3)
+    )
+    proxy = await make_proxy(fake.url, models=MODELS_CONFIG)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    i = 0
+    while ours.count_messages([*history, *_tool_turn(i, 20)]) < 6900:  # just under our budget
+        history += _tool_turn(i, 20)
+        i += 1
+    history.append({"role": "user", "content": "And now?"})
+    status, headers, data = await _post(proxy.url, {"model": "small-8k", "messages": history})
+    assert status == 200, data
+    assert headers["x-handoff-decision"] == "compressed"
+    first, second = fake.chat_requests
+    assert first.body != second.body and len(second.body) < len(first.body)
+
+
+async def test_unknown_model_fitted_to_the_limit_its_error_names(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """A model handoff has no window for: the upstream's error names 4096, and handoff fits it."""
+    counter = TokenCounter(cache_size=10_000).for_model("gpt-4o")
+    fake = await fake_upstream_factory(
+        models={"mystery-model": 4096}, count_tokens=counter.count_request
+    )
+    proxy = await make_proxy(fake.url)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for i in range(5):
+        history += _tool_turn(i, 60)
+    history.append({"role": "user", "content": "Summary?"})
+    status, headers, data = await _post(proxy.url, {"model": "mystery-model", "messages": history})
+    assert status == 200, data
+    assert headers["x-handoff-decision"] == "compressed"
+    assert int(headers["x-handoff-window"]) == 4096
+    assert len(fake.chat_requests) == 2
+
+
+async def test_huge_max_tokens_is_blamed_not_the_messages(
+    exact_upstream: FakeUpstream, make_proxy: MakeProxy
+) -> None:
+    """max_tokens bigger than the window: the 400 names max_tokens, not the conversation."""
+    proxy = await make_proxy(exact_upstream.url, models=MODELS_CONFIG)
+    history = [{"role": "user", "content": "word " * 200}]
+    body = {"model": "small-8k", "messages": history, "max_tokens": 9000}
+    status, _, data = await _post(proxy.url, body)
+    err = json.loads(data)["error"]
+    assert status == 400 and err["param"] == "max_tokens"
+    assert "9,000" in err["message"]

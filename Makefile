@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck bench demo clean
+.PHONY: run test lint typecheck bench load demo clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(ARGS)
+
+load: $(STAMP)
+	$(BIN)/python -m bench.load $(ARGS)
 
 demo: $(STAMP)
 	$(BIN)/handoff demo

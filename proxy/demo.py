@@ -91,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     """Play the demo; the store lives in a temporary directory unless ``--store``."""
     configure_logging("console", logging.WARNING)  # the demo's output is on stdout
     if importlib.util.find_spec("openai") is None:
-        print("handoff demo plays its conversation with the openai SDK: pip install openai")
+        print(
+            "handoff demo plays its conversation with the openai SDK: pip install 'handoff[demo]'"
+        )
         return 1
     if args.store:
         return asyncio.run(play(args.config, Path(args.store), print))

@@ -153,6 +153,7 @@ def create_app(
     )
     app[ENGINE] = engine
     app.cleanup_ctx.append(_upstream_sessions)
+    app.cleanup_ctx.append(_warm_tokenizers)
     if settings.tokens.discover:
         app.cleanup_ctx.append(_discover_windows)
     if store is not None:
@@ -196,6 +197,14 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
     if save is not None:
         save(engine.calibration.snapshot())
     await store.close()
+
+
+async def _warm_tokenizers(app: web.Application) -> AsyncIterator[None]:
+    """Parse the BPE files in a worker thread while the server starts answering."""
+    task = asyncio.create_task(asyncio.to_thread(app[ENGINE].warm), name="handoff-warm")
+    yield
+    with contextlib.suppress(Exception):
+        await task  # a thread cannot be cancelled; it is short, so wait for it
 
 
 async def _discover_windows(app: web.Application) -> AsyncIterator[None]:

@@ -108,6 +108,12 @@ class Engine:
             return self._passthrough(req, target, tokens, counted, note=note)
         return await self._compress(req, up, target, tokens, client_headers or {})
 
+    def warm(self) -> None:
+        """Load the exact encodings now (blocking; run it in a thread at start-up), so
+        the first request does not wait a second for a BPE file to be parsed."""
+        for model in ("gpt-4o", "gpt-4"):
+            self.tokens.for_model(model)
+
     def observe(self, req: ChatRequest, plan: Plan, usage: object) -> None:
         """Feed the upstream's true prompt size into calibration."""
         decision = plan.decision

@@ -85,6 +85,7 @@ class SqliteStore:
         self._cond = threading.Condition()
         self._state = _State(queue=collections.deque(maxlen=max_queue))
         self._thread: threading.Thread | None = None
+        self._logged_error: str | None = None  # writer thread only
 
     # -- the request path -------------------------------------------------
     def record(self, turn: TurnRecord) -> None:
@@ -220,6 +221,9 @@ class SqliteStore:
             if db is not None:
                 db.close()
             return None
+        if self._logged_error is not None:
+            log.info("store_recovered", path=str(self.path))
+            self._logged_error = None
         with self._cond:
             self._state.busy = 0
             self._state.healthy = True
@@ -254,7 +258,10 @@ class SqliteStore:
             self._state.since_cap_check = 0
 
     def _failed(self, err: BaseException, count: int, healthy: bool = False) -> None:
-        log.warning("store_write_failed", error=repr(err), turns=count, path=str(self.path))
+        # A broken store retries every flush: log when the error changes, not each retry.
+        if repr(err) != self._logged_error:
+            self._logged_error = repr(err)
+            log.warning("store_write_failed", error=repr(err), turns=count, path=str(self.path))
         with self._cond:
             self._state.failures += count
             self._state.last_error = repr(err)

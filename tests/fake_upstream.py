@@ -157,6 +157,8 @@ def _check_message(i: int, message: Any) -> None:
         for j, part in enumerate(content):
             if not isinstance(part, dict) or "type" not in part:
                 raise _invalid_type(f"{where}.content[{j}]", "an object with a 'type'", part)
+            if part["type"] == "text" and not isinstance(part.get("text"), str):
+                raise _invalid_type(f"{where}.content[{j}].text", "a string", part.get("text"))
     elif not isinstance(content, str):
         raise _invalid_type(f"{where}.content", expected, content)
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
@@ -230,6 +232,8 @@ def validate_chat(body: Any) -> JSON:
     if body.get("stream_options") is not None and body.get("stream") is not True:
         text = "The 'stream_options' parameter is only allowed when 'stream' is enabled."
         raise openai_error(text, param="stream_options")
+    if body.get("stream_options") is not None and not isinstance(body["stream_options"], dict):
+        raise _invalid_type("stream_options", "an object", body["stream_options"])
     return body
 
 

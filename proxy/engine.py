@@ -40,6 +40,11 @@ SummarizerFactory = Callable[[ChatRequest, Upstream, Mapping[str, str]], "Summar
 CALIBRATE_BOUND = 32_768
 """Fast-path requests are counted for calibration only below this bound (on the loop)."""
 
+RAW_SLACK = 64
+"""Tokens a text-only request may cost beyond its byte length (reply priming, tool
+framing); property-tested against the exact count in tests/test_raw_bound.py."""
+_NON_TEXT = (b"image", b"audio", b'"file')
+
 RETRY_SHRINK = 0.85
 """A retry after an overflow the upstream did not quantify aims this much lower."""
 
@@ -89,7 +94,9 @@ class Engine:
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
         target = await self._target(req, info, hard_limit)
         budget = target.budget
-        bound = target.counter.upper_bound(req.body)
+        bound = raw_bound(req.raw)
+        if bound is None or bound > budget.budget:
+            bound = target.counter.upper_bound(req.body)
         if hard_limit is None and bound <= budget.budget:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
@@ -290,6 +297,16 @@ class Engine:
                 model=model,
                 hint=f'set [models."{model}"] context_window = N, or tokens.default_context_window',
             )
+
+
+def raw_bound(raw: bytes) -> int | None:
+    """An O(1) upper bound on a text-only request's prompt tokens: every token covers
+    at least one byte of text, and the JSON around the text outweighs the per-message
+    and per-tool constants. None when the body may hold images, audio or files, whose
+    cost is not bounded by their bytes."""
+    if not raw or any(marker in raw for marker in _NON_TEXT):
+        return None
+    return len(raw) + RAW_SLACK
 
 
 def _capped(budget: Budget, limit: int) -> Budget:

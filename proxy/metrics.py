@@ -6,6 +6,8 @@ proxies in one process — as in the tests — keep separate figures.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from proxy.store.base import Decision, Store
@@ -16,6 +18,7 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[str, str, str, int, str], tuple[Any, Any]] = {}
         r = self.registry
         self.requests = Counter(
             "handoff_requests",
@@ -65,8 +68,17 @@ class Metrics:
         seconds: float,
     ) -> None:
         action = decision.action if decision else "none"
-        self.requests.labels(route, model, action, str(status)).inc()
-        self.upstream_latency.labels(upstream).observe(seconds)
+        key = (route, model, action, status, upstream)
+        children = self._children.get(key)
+        if children is None:  # labels() takes a lock and builds a tuple: once per key
+            children = (
+                self.requests.labels(route, model, action, str(status)),
+                self.upstream_latency.labels(upstream),
+            )
+            if len(self._children) < 10_000:
+                self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
         if decision is None or decision.tokens is None:
             return
         self.tokens_counted.labels(model).inc(decision.tokens)

@@ -43,13 +43,28 @@ def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
     return event
 
 
-def _stderr_text(*_: Any) -> structlog.PrintLogger:
-    return structlog.PrintLogger(sys.stderr)
+class _Stderr:
+    """Writes each line to whatever ``sys.stderr`` is *now*, so loggers can be cached
+    (structlog's own loggers capture the stream once, and tests or daemonizers may
+    replace it)."""
+
+    def msg(self, message: str | bytes) -> None:
+        stream = sys.stderr
+        if isinstance(message, bytes):
+            buffer = getattr(stream, "buffer", None)
+            if buffer is not None:
+                buffer.write(message + b"\n")
+                buffer.flush()
+                return
+            message = message.decode("utf-8", "replace")
+        stream.write(message + "\n")
+        stream.flush()
+
+    log = debug = info = warn = warning = err = error = critical = exception = msg
 
 
-def _stderr_bytes(*_: Any) -> structlog.BytesLogger | structlog.PrintLogger:
-    buffer = getattr(sys.stderr, "buffer", None)
-    return structlog.BytesLogger(buffer) if buffer is not None else _stderr_text()
+def _stderr(*_: Any) -> _Stderr:
+    return _Stderr()
 
 
 def _orjson_dumps(event: Any, **_: Any) -> bytes:
@@ -65,19 +80,19 @@ def configure_logging(
     renderer: structlog.typing.Processor
     if fmt == "json":
         renderer = structlog.processors.JSONRenderer(serializer=_orjson_dumps)
-        factory: Any = _stderr_bytes
+        stamper = structlog.processors.TimeStamper(fmt=None, utc=True)  # unix time: cheap
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        factory = _stderr_text
+        stamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamper,
             scrub_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=factory,
-        cache_logger_on_first_use=False,
+        logger_factory=_stderr,
+        cache_logger_on_first_use=True,
     )

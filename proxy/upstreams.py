@@ -135,11 +135,17 @@ def _from_settings(u: UpstreamSettings) -> Upstream:
 class Router:
     def __init__(self, upstreams: Sequence[Upstream]):
         self.upstreams = list(upstreams)
+        self._by_model: dict[str, Upstream] = {}  # glob matching, once per model name
 
     def route(self, model: str | None) -> Upstream:
         if model is not None:
+            hit = self._by_model.get(model)
+            if hit is not None:
+                return hit
             for up in self.upstreams:
                 if up.matches(model):
+                    if len(self._by_model) < 10_000:
+                        self._by_model[model] = up
                     return up
         elif self.upstreams:
             return self.default()

@@ -43,7 +43,6 @@ CALIBRATE_BOUND = 32_768
 RAW_SLACK = 64
 """Tokens a text-only request may cost beyond its byte length (reply priming, tool
 framing); property-tested against the exact count in tests/test_raw_bound.py."""
-_NON_TEXT = (b"image", b"audio", b'"file')
 
 RETRY_SHRINK = 0.85
 """A retry after an overflow the upstream did not quantify aims this much lower."""
@@ -94,7 +93,7 @@ class Engine:
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
         target = await self._target(req, info, hard_limit)
         budget = target.budget
-        bound = raw_bound(req.raw)
+        bound = raw_bound(req)
         if bound is None or bound > budget.budget:
             bound = target.counter.upper_bound(req.body)
         if hard_limit is None and bound <= budget.budget:
@@ -299,14 +298,20 @@ class Engine:
             )
 
 
-def raw_bound(raw: bytes) -> int | None:
-    """An O(1) upper bound on a text-only request's prompt tokens: every token covers
+def raw_bound(req: ChatRequest) -> int | None:
+    """A cheap upper bound on a text-only request's prompt tokens: every token covers
     at least one byte of text, and the JSON around the text outweighs the per-message
-    and per-tool constants. None when the body may hold images, audio or files, whose
-    cost is not bounded by their bytes."""
-    if not raw or any(marker in raw for marker in _NON_TEXT):
+    and per-tool constants. None when a message holds a non-text part (image, audio,
+    file), whose cost is not bounded by its bytes."""
+    if not req.raw:
         return None
-    return len(raw) + RAW_SLACK
+    for msg in req.messages:
+        content = msg.get("content")
+        if isinstance(content, list) and not all(
+            isinstance(part, dict) and part.get("type") == "text" for part in content
+        ):
+            return None
+    return len(req.raw) + RAW_SLACK
 
 
 def _capped(budget: Budget, limit: int) -> Budget:

@@ -11,6 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.engine import raw_bound
+from proxy.parse import parse_chat
 from proxy.tokens import TokenCounter
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
@@ -115,16 +116,20 @@ def test_raw_bound_never_below_count(
         body["tools"] = defs
     if fmt is not None:
         body["response_format"] = fmt
-    raw = orjson.dumps(body)
-    bound = raw_bound(raw)
-    if bound is None:  # the text happened to contain a non-text marker
-        return
+    bound = raw_bound(parse_chat(orjson.dumps(body)))
+    assert bound is not None
     assert bound >= counter.for_model(model).count_request(body)
 
 
 def test_non_text_parts_have_no_raw_bound() -> None:
     """Images, audio and files cost more than their bytes: no raw bound for them."""
-    image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
-    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": [image]}]}
-    assert raw_bound(orjson.dumps(body)) is None
-    assert raw_bound(b"") is None
+    for part in (
+        {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+        {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}},
+        {"type": "file", "file": {"file_id": "f"}},
+    ):
+        content = [{"type": "text", "text": "see"}, part]
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}
+        assert raw_bound(parse_chat(orjson.dumps(body))) is None
+    text_only = {"model": "gpt-4o", "messages": [{"role": "user", "content": "an image"}]}
+    assert raw_bound(parse_chat(orjson.dumps(text_only))) is not None

@@ -8,8 +8,10 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app import create_app
-from proxy.config import ConfigError, Settings, load_settings
+from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
+
+DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 
 
 def register(sub: Any) -> None:
@@ -48,12 +50,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     configure_logging(settings.server.log_format)
-    if not settings.upstreams and not args.upstream:
-        raise ConfigError(
-            "no upstream configured: pass --upstream URL (e.g. https://api.openai.com/v1) "
-            "or add [[upstreams]] entries to the config file"
+    catch_all = args.upstream
+    if not settings.upstreams and not catch_all:
+        catch_all = DEFAULT_UPSTREAM
+        print(
+            f"no upstream configured: forwarding every model to {DEFAULT_UPSTREAM} "
+            "(use --upstream URL or [[upstreams]] in the config)",
+            flush=True,
         )
-    app = create_app(settings, catch_all=args.upstream)
+    app = create_app(settings, catch_all=catch_all)
     print(
         f"handoff listening on http://{settings.server.host}:{settings.server.port}/v1", flush=True
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from typing import Any
@@ -317,7 +318,7 @@ async def test_stream_chunks_arrive_one_by_one(
                     arrivals.append(time.monotonic())
     # 6 content pieces + role + finish + [DONE]; each gap is at least one upstream delay.
     assert len(arrivals) >= 8
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert min(gaps) >= delay * 0.8, gaps
     assert arrivals[-1] - arrivals[0] >= delay * (len(arrivals) - 1) * 0.8
 

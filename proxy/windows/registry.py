@@ -18,7 +18,6 @@ from proxy.config import ModelOverride
 from proxy.windows.builtin import BuiltinEntry, load_builtin
 from proxy.windows.matching import best_match, candidates, glob_matches
 
-
 _MAX_CACHED = 4096
 """Distinct (model, upstream) lookups remembered; the cache starts over past this."""
 

@@ -32,7 +32,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(sub)
+    for command in _leaf_parsers(sub):
+        # `handoff serve --config X` as well as `handoff --config X serve`; SUPPRESS so
+        # an absent flag does not overwrite the top-level one.
+        command.add_argument(
+            "--config", metavar="PATH", default=argparse.SUPPRESS, help="TOML config file"
+        )
     return parser
+
+
+def _leaf_parsers(sub: Any) -> list[argparse.ArgumentParser]:
+    leaves: list[argparse.ArgumentParser] = []
+    for parser in dict.fromkeys(sub.choices.values()):
+        nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        leaves += _leaf_parsers(nested[0]) if nested else [parser]
+    return leaves
 
 
 def main(argv: Sequence[str] | None = None) -> int:

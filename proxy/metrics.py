@@ -87,10 +87,9 @@ class Metrics:
         if decision.action == "compressed":
             self.tokens_saved.labels(model).inc(max(0, decision.tokens - forwarded))
             for step in decision.steps:
-                if step.get("policy") == "summarize":
-                    note = str(step.get("note", ""))
-                    if "reused" in note or "cached" in note:
-                        self.summary_cache_hits.inc()
+                note = str(step.get("note", ""))
+                if step.get("policy") == "summarize" and "reused cached summary" in note:
+                    self.summary_cache_hits.inc()
 
     def render(self, store: Store | None) -> bytes:
         if store is not None:

@@ -91,3 +91,17 @@ def test_example_config_loads_and_shows_every_key() -> None:
     text = example.read_text()
     missing = [k for k in _keys(Settings) if k.rsplit(".", 1)[-1] not in text]
     assert not missing, f"config.example.toml does not show: {missing}"
+
+
+def test_config_flag_after_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`handoff models NAME --config X` reads X, as `handoff --config X models NAME` does."""
+    from proxy.cli import main
+
+    path = _write(tmp_path, '[models."house-model"]\ncontext_window = 12345\n')
+    for argv in (
+        ["models", "house-model", "--config", str(path)],
+        ["--config", str(path), "models", "house-model"],
+    ):
+        assert main(argv) == 0
+        assert "12345" in capsys.readouterr().out
+    assert main(["models", "house-model"]) == 1  # unknown without the file

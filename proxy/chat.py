@@ -104,6 +104,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         svc.metrics.observe_chat(
             request.path, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
         )
+        if svc.settings.server.log_content:
+            # Debug only (server.log_content): what was asked, sent and answered.
+            log.info("content", messages=req.messages, forwarded=plan.forwarded, reply=turn.reply)
         _record(svc, request, req, up, plan, turn, started, latency_ms)
 
 

@@ -395,3 +395,19 @@ def test_unreadable_ca_bundle_fails_at_start_naming_the_key(tmp_path: Path) -> N
         ups = [{"name": "tls", "base_url": "https://127.0.0.1:1/v1", "ca_bundle": str(path)}]
         with pytest.raises(ConfigError, match=r"upstreams\[tls\]\.ca_bundle"):
             create_app(Settings(upstreams=ups, store={"enabled": False}))
+
+
+async def test_message_content_is_logged_only_on_request(
+    fake_upstream: Any, make_proxy: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Message text stays out of the logs unless server.log_content asks for it."""
+    import openai
+
+    for log_content in (False, True):
+        proxy = await make_proxy(fake_upstream.url, server={"log_content": log_content})
+        client = openai.AsyncOpenAI(base_url=proxy.url, api_key="k", max_retries=0)
+        msgs = [{"role": "user", "content": f"a secret recipe {log_content}"}]
+        await client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
+        await client.close()
+        err = capsys.readouterr().err
+        assert ("a secret recipe" in err) is log_content

@@ -98,7 +98,7 @@ def _store(
     try:
         for t in turns:
             db.execute("BEGIN")
-            write_turn(db, t, redact=redact, fts=True, cache=cache)
+            write_turn(db, t, redact=redact, cache=cache)
             db.execute("COMMIT")
     finally:
         db.close()

@@ -16,7 +16,7 @@ from proxy.store import portable, retention
 from proxy.store.base import Decision, TurnRecord
 from proxy.store.db import connect
 from proxy.store.errors import InvalidDocument
-from proxy.store.migrations import has_fts
+from proxy.store.indexer import index_all
 from proxy.store.write import write_turn
 
 
@@ -69,7 +69,6 @@ def import_document(path: str | Path, doc: Any, *, redact: bool = False) -> str:
             " VALUES (?, ?, ?, ?, ?, ?)",
             (sid, doc["workspace"], hint, doc["title"], first, first),
         )
-        fts = has_fts(db)
         for t in doc["turns"]:
             history = portable.turn_history(doc, t)
             record = TurnRecord(
@@ -90,8 +89,9 @@ def import_document(path: str | Path, doc: Any, *, redact: bool = False) -> str:
                 cancelled=t["cancelled"],
                 request_params=t["request_params"],
             )
-            tid = write_turn(db, record, redact=redact, fts=fts, into=sid)
+            tid = write_turn(db, record, redact=redact, into=sid)
             db.execute("UPDATE turns SET handoff_from = ? WHERE id = ?", (t["handoff_from"], tid))
+        index_all(db)
     return str(sid)
 
 

@@ -30,6 +30,7 @@ def connect(
         db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA temp_store = MEMORY")  # a sort's temp file cost ~100 µs a query
         migrate(db)
     except BaseException:
         db.close()

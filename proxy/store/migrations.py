@@ -27,6 +27,10 @@ Tables (see ``m001_initial``):
 ``messages_fts``
     FTS5 over message text (contentless, ``detail=none``: small); absent when
     this SQLite lacks FTS5, and search falls back to LIKE.
+``index_state``
+    ``upto``: the highest message id whose text is in ``messages_fts`` and whose
+    body is packed. Messages above it are new: the writer indexes them in
+    batches, and search scans them directly (see ``indexer``).
 ``calibration``
     Token-count calibration, key → JSON.
 ``_migrations``
@@ -135,7 +139,33 @@ def m003_fork_messages(db: sqlite3.Connection) -> None:
         )
 
 
-MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_fts, m003_fork_messages)
+def m004_index_state(db: sqlite3.Connection) -> None:
+    # Until now every message was indexed as it was written.
+    db.execute("CREATE TABLE index_state (upto INTEGER NOT NULL)")
+    db.execute("INSERT INTO index_state SELECT COALESCE(MAX(id), 0) FROM messages")
+
+
+def m005_collapse_bases(db: sqlite3.Connection) -> None:
+    # Regenerates used to build on the previous regenerate, so reading one walked
+    # every earlier one. A turn now builds on the turn that holds its messages.
+    bases: dict[int, tuple[int | None, int]] = {}
+    rows = db.execute("SELECT id, base_turn, base_len FROM turns ORDER BY id").fetchall()
+    for tid, base, n in rows:
+        b = base
+        while b is not None and b in bases and n <= bases[b][1] and bases[b][0] is not None:
+            b = bases[b][0]
+        if b != base:
+            db.execute("UPDATE turns SET base_turn = ? WHERE id = ?", (b, tid))
+        bases[tid] = (b, n)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    m001_initial,
+    m002_fts,
+    m003_fork_messages,
+    m004_index_state,
+    m005_collapse_bases,
+)
 
 
 def migrate(db: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[str]:

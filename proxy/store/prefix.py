@@ -22,7 +22,7 @@ database, so a rolled-back transaction leaves it correct.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,18 @@ class Hashed:
         self.sizes.append(self.sizes[-1] + len(body))
 
 
+def _shallow(message: Any) -> Hashable:
+    """A cheap key for a message: equal messages have equal keys."""
+    if type(message) is not dict:
+        return None
+    role, content = message.get("role"), message.get("content")
+    return (
+        role if type(role) is str else None,
+        content if type(content) is str else None,
+        len(message),
+    )
+
+
 def hash_all(messages: Sequence[Any], clean: Clean, start: Hashed | None = None) -> Hashed:
     """``start`` (or nothing) extended with ``messages`` from where it ends."""
     out = start if start is not None else Hashed()
@@ -99,42 +111,45 @@ class _Entry:
 class PrefixCache:
     """The latest turn of up to ``max_sessions`` conversations, within ``max_bytes`` of JSON."""
 
-    def __init__(self, max_sessions: int = 256, max_bytes: int = 32 << 20) -> None:
+    def __init__(
+        self, max_sessions: int = 256, max_bytes: int = 32 << 20, lookback: int = 8
+    ) -> None:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
+        self.lookback = lookback
         self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
+        self._index: dict[tuple[str, int, Hashable], str] = {}  # where a remembered list ends
         self._bytes = 0
         self.hits = 0
         self.misses = 0
 
     def hash(self, workspace: str, messages: Sequence[Any], clean: Clean) -> Hashed:
-        """Digests and chain hashes of ``messages``, serialising only what is not remembered."""
-        msgs = messages if isinstance(messages, list) else list(messages)
-        best_key, best_n = None, 0
-        for key, entry in self._entries.items():
-            n = self._match(entry, workspace, msgs, best_n)
-            if n:
-                best_key, best_n = key, n
-        if best_key is None:
-            self.misses += 1
-            return hash_all(msgs, clean)
-        self.hits += 1
-        self._entries.move_to_end(best_key)
-        return hash_all(msgs, clean, self._entries[best_key].hashed.prefix(best_n))
+        """Digests and chain hashes of ``messages``, serialising only what is not remembered.
 
-    def _match(self, entry: _Entry, workspace: str, msgs: list[Any], longer_than: int) -> int:
-        """How many leading messages of ``msgs`` are ``entry``'s (its whole list or history)."""
-        if entry.workspace != workspace:
-            return 0
-        for n in (len(entry.messages), entry.n_history):
-            if not longer_than < n <= len(msgs) or msgs[n - 1] != entry.messages[n - 1]:
-                continue
-            theirs = entry.messages if n == len(entry.messages) else entry.messages[:n]
-            if msgs[:n] == theirs and all(
-                canonical(msgs[i]) == raw for i, raw in entry.hashed.raw.items() if i < n
-            ):
-                return n
-        return 0
+        Only a remembered list that ends within the last ``lookback`` messages is
+        looked for (found through ``_index``, by its last message): a turn adds a
+        message or a few, and a longer jump costs one full hashing, not a wrong answer.
+        """
+        msgs = messages if isinstance(messages, list) else list(messages)
+        for n in range(len(msgs), max(0, len(msgs) - self.lookback), -1):
+            key = self._index.get((workspace, n, _shallow(msgs[n - 1])))
+            entry = self._entries.get(key) if key is not None else None
+            if entry is not None and self._covers(entry, msgs, n):
+                assert key is not None
+                self.hits += 1
+                self._entries.move_to_end(key)
+                return hash_all(msgs, clean, entry.hashed.prefix(n))
+        self.misses += 1
+        return hash_all(msgs, clean)
+
+    def _covers(self, entry: _Entry, msgs: list[Any], n: int) -> bool:
+        """Are ``msgs[:n]`` exactly ``entry``'s first ``n`` messages (its whole list or history)?"""
+        if n not in (len(entry.messages), entry.n_history) or msgs[n - 1] != entry.messages[n - 1]:
+            return False
+        theirs = entry.messages if n == len(entry.messages) else entry.messages[:n]
+        return msgs[:n] == theirs and all(
+            canonical(msgs[i]) == raw for i, raw in entry.hashed.raw.items() if i < n
+        )
 
     def remember(
         self,
@@ -151,20 +166,30 @@ class PrefixCache:
         """
         full = [*messages, reply] if reply is not None else list(messages)
         ext = hash_all(full, clean, hashed)
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._bytes -= old.hashed.sizes[-1]
+        self._forget(key)
         size = ext.sizes[-1]
         if size <= self.max_bytes:
             kept = Hashed(ext.digests, ext.hashes, {}, ext.raw, ext.sizes, len(full))
-            self._entries[key] = _Entry(workspace, full, len(messages), kept)
+            entry = _Entry(workspace, full, len(messages), kept)
+            self._entries[key] = entry
             self._bytes += size
+            for n in {len(full), len(messages)} - {0}:
+                self._index[(workspace, n, _shallow(full[n - 1]))] = key
         while self._entries and (
             len(self._entries) > self.max_sessions or self._bytes > self.max_bytes
         ):
-            _, evicted = self._entries.popitem(last=False)
-            self._bytes -= evicted.hashed.sizes[-1]
+            self._forget(next(iter(self._entries)))
         return ext
+
+    def _forget(self, key: str) -> None:
+        old = self._entries.pop(key, None)
+        if old is None:
+            return
+        self._bytes -= old.hashed.sizes[-1]
+        for n in {len(old.messages), old.n_history} - {0}:
+            ikey = (old.workspace, n, _shallow(old.messages[n - 1]))
+            if self._index.get(ikey) == key:
+                del self._index[ikey]
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -7,9 +7,10 @@ dicts: the CLI prints them, the HTTP API returns them.
 
 from __future__ import annotations
 
+import itertools
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -58,15 +59,22 @@ def _search_sessions(db: sqlite3.Connection, text: str) -> list[str]:
     """Sessions holding a message whose text contains ``text`` (case-insensitive).
 
     FTS5 narrows the candidates by word; the phrase itself is checked on the
-    decoded text (bodies are compressed, so SQL cannot look inside them).
+    decoded text (bodies are compressed, so SQL cannot look inside them). Messages
+    the writer has not indexed yet (see ``indexer``) are all candidates.
     """
     terms = search_terms(text)
+    cands: Iterable[tuple[int, bytes]]
     if has_fts(db) and terms:
         match = " ".join('"' + t + '"' for t in terms)
-        cands = db.execute(
-            "SELECT m.id, m.body FROM messages m WHERE m.id IN"
-            " (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?)",
-            (match,),
+        cands = itertools.chain(
+            db.execute(
+                "SELECT m.id, m.body FROM messages m WHERE m.id IN"
+                " (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?)",
+                (match,),
+            ).fetchall(),
+            db.execute(
+                "SELECT id, body FROM messages WHERE id > (SELECT upto FROM index_state)"
+            ).fetchall(),
         )
     else:
         cands = db.execute("SELECT id, body FROM messages")

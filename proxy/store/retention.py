@@ -16,6 +16,7 @@ import orjson
 
 from proxy.store.canonical import unpack_body
 from proxy.store.history import history_ids, pack_ids, unpack_ids
+from proxy.store.indexer import indexed_upto
 from proxy.store.migrations import has_fts
 from proxy.store.write import message_text
 
@@ -61,12 +62,13 @@ def collect_garbage(db: sqlite3.Connection) -> int:
         if forwarded:
             live.update(op for op in orjson.loads(forwarded) if isinstance(op, int))
     fts = has_fts(db)
+    upto = indexed_upto(db)
     dead = [
         (mid, body) for mid, body in db.execute("SELECT id, body FROM messages") if mid not in live
     ]
     for mid, stored in dead:
         body = unpack_body(stored)
-        if fts:
+        if fts and mid <= upto:  # a pending message is not in the index yet
             text = message_text(orjson.loads(body)) if body.startswith(b'{"') else ""
             if text:
                 db.execute(
@@ -75,6 +77,10 @@ def collect_garbage(db: sqlite3.Connection) -> int:
                 )
         db.execute("DELETE FROM messages WHERE id = ?", (mid,))
         db.execute("DELETE FROM session_messages WHERE message_id = ?", (mid,))
+    # A new message must not reuse an id at or below the mark: it would never be indexed.
+    db.execute(
+        "UPDATE index_state SET upto = MIN(upto, (SELECT COALESCE(MAX(id), 0) FROM messages))"
+    )
     return len(dead)
 
 

@@ -33,7 +33,8 @@ import structlog
 from proxy.store import retention
 from proxy.store.base import StoreHealth, TurnRecord
 from proxy.store.db import connect
-from proxy.store.migrations import has_fts
+from proxy.store.indexer import index_pending
+from proxy.store.known import Known
 from proxy.store.prefix import PrefixCache
 from proxy.store.write import save_calibration, write_turn
 
@@ -74,6 +75,10 @@ class SqliteStore:
         busy_timeout_ms: int = 2000,
         prefix_cache_sessions: int = 256,
         prefix_cache_bytes: int = 32 << 20,
+        gather_s: float = 0.02,
+        max_batch: int = 500,
+        index_batch: int = 256,
+        index_interval_s: float = 2.0,
     ) -> None:
         self.path = Path(path)
         self.flush_interval_s = flush_interval_s
@@ -82,10 +87,19 @@ class SqliteStore:
         self.busy_timeout_ms = busy_timeout_ms
         self.prefix_cache_sessions = prefix_cache_sessions
         self.prefix_cache_bytes = prefix_cache_bytes
+        self.gather_s = gather_s
+        self.max_batch = max_batch
+        self.index_batch = index_batch
+        self.index_interval_s = index_interval_s
         self._cond = threading.Condition()
         self._state = _State(queue=collections.deque(maxlen=max_queue))
         self._thread: threading.Thread | None = None
-        self._logged_error: str | None = None  # writer thread only
+        # The writer thread's own state:
+        self._logged_error: str | None = None
+        self._last_commit = 0.0
+        self._data_version: int | None = None
+        self._pending = 0  # messages inserted and not yet indexed
+        self._pending_since: float | None = None
 
     # -- the request path -------------------------------------------------
     def record(self, turn: TurnRecord) -> None:
@@ -104,7 +118,8 @@ class SqliteStore:
                     self._state.failures += 1
                     self._state.last_error = "queue full: dropped the oldest turn"
                 q.append(job)
-                self._cond.notify()
+                if len(q) == 1 or len(q) == self.max_batch:
+                    self._cond.notify()  # the writer waits for the first, or for a full batch
         except Exception:  # the store must never break the proxy
             pass
 
@@ -171,48 +186,99 @@ class SqliteStore:
             db.close()
 
     # -- the writer thread --------------------------------------------------
+    def _take(self) -> list[_Job] | None:
+        """Wait for a batch: none while idle, the whole queue once it is due; None to stop.
+
+        A batch is due at once after an idle spell, but under load the writer lets
+        ``gather_s`` pass between commits, so one transaction holds many turns.
+        """
+        with self._cond:
+            s = self._state
+            while True:
+                if s.closing or len(s.queue) >= self.max_batch:
+                    break
+                if not s.queue:
+                    if not self._cond.wait(self.flush_interval_s):
+                        return []  # idle: a chance to index
+                    continue
+                wait = self._last_commit + self.gather_s - time.monotonic()
+                if wait <= 0:
+                    break
+                self._cond.wait(wait)
+            if not s.queue:
+                return None if s.closing else []
+            batch = list(s.queue)
+            s.queue.clear()
+            s.busy = len(batch)
+            return batch
+
     def _run(self) -> None:
         db: sqlite3.Connection | None = None
         cache = PrefixCache(self.prefix_cache_sessions, self.prefix_cache_bytes)
+        known = Known()
+        self._pending_since = time.monotonic()  # index what a crash may have left
         try:
             while True:
-                with self._cond:
-                    s = self._state
-                    if not s.queue and not s.closing:
-                        self._cond.wait(self.flush_interval_s)
-                    if not s.queue and s.closing:
-                        return
-                    batch = list(s.queue)
-                    s.queue.clear()
-                    s.busy = len(batch)
-                if not batch:
+                batch = self._take()
+                if batch is None:
+                    break
+                idle = not batch
+                if idle and not self._index_due(idle):
                     continue
-                db = self._write(db, batch, cache)
+                db = self._write(db, batch, cache, known, idle)
                 if db is None:
                     self._requeue(batch)
                     if self._state.closing:
                         return  # cannot write: give up rather than hang shutdown
                     time.sleep(self.flush_interval_s)
+            if db is not None and self._pending_since is not None:
+                self._write(db, [], cache, known)  # leave everything indexed
         finally:
             if db is not None:
                 db.close()
 
+    def _index_due(self, idle: bool = False) -> bool:
+        """Index pending messages now? Enough of them, old enough, or about to stop."""
+        since = self._pending_since
+        if since is None:
+            return False
+        age = time.monotonic() - since
+        return (
+            self._state.closing
+            or self._pending >= self.index_batch
+            or age >= self.index_interval_s
+            or (idle and age >= self.flush_interval_s)
+        )
+
     def _write(
-        self, db: sqlite3.Connection | None, batch: list[_Job], cache: PrefixCache
+        self,
+        db: sqlite3.Connection | None,
+        batch: list[_Job],
+        cache: PrefixCache,
+        known: Known,
+        idle: bool = False,
     ) -> sqlite3.Connection | None:
         """Write ``batch`` in one transaction; return the connection, or None on failure."""
         try:
             if db is None:
+                known.clear()
                 db = connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
-            fts = has_fts(db)
+                self._data_version = None
             db.execute("BEGIN IMMEDIATE")
             try:
+                version = db.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._data_version:
+                    known.clear()  # another connection committed: forget what we knew
+                    self._data_version = version
                 for i, job in enumerate(batch):
                     if i:
                         time.sleep(0)  # release the GIL: the event loop may be waiting
-                    self._write_one(db, job, fts, cache)
+                    self._write_one(db, job, cache, known)
+                self._note_inserted(known)
+                indexed = self._index_due(idle) and self._index(db)
                 db.execute("COMMIT")
             except BaseException:
+                known.clear()
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
@@ -221,6 +287,9 @@ class SqliteStore:
             if db is not None:
                 db.close()
             return None
+        self._last_commit = time.monotonic()
+        if indexed:
+            self._pending, self._pending_since = 0, None
         if self._logged_error is not None:
             log.info("store_recovered", path=str(self.path))
             self._logged_error = None
@@ -231,19 +300,39 @@ class SqliteStore:
             self._state.since_cap_check += len(batch)
             check_cap = self._state.since_cap_check >= 100 or self._state.closing
         if self.max_bytes is not None and check_cap:
+            known.clear()  # the cap may delete sessions
             self._enforce_cap(db)
         return db
 
-    def _write_one(self, db: sqlite3.Connection, job: _Job, fts: bool, cache: PrefixCache) -> None:
+    def _note_inserted(self, known: Known) -> None:
+        if known.inserted:
+            self._pending += known.inserted
+            known.inserted = 0
+            if self._pending_since is None:
+                self._pending_since = time.monotonic()
+
+    def _index(self, db: sqlite3.Connection) -> bool:
+        """Index and pack a bounded share of the pending messages; True when none are left."""
+        limit = 10 * self.index_batch
+        done = index_pending(db, limit)
+        while done == limit and self._state.closing:
+            done = index_pending(db, limit)
+        return done < limit
+
+    def _write_one(
+        self, db: sqlite3.Connection, job: _Job, cache: PrefixCache, known: Known
+    ) -> None:
         db.execute("SAVEPOINT job")
         try:
             if isinstance(job, _Calibration):
                 save_calibration(db, job.data)
             else:
-                write_turn(db, job, redact=self.redact, fts=fts, cache=cache)
+                write_turn(db, job, redact=self.redact, cache=cache, known=known)
             db.execute("RELEASE job")
         except (TypeError, ValueError, orjson.JSONEncodeError) as e:
             # A turn that cannot be serialised will never be; drop it, keep the rest.
+            known.clear()  # it may have remembered rows the rollback removes
+            known.inserted = 0
             db.execute("ROLLBACK TO job")
             db.execute("RELEASE job")
             self._failed(e, 1, healthy=True)

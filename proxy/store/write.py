@@ -24,35 +24,23 @@ messages rather than its whole history.
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from proxy.store import forwarded as fwd
-from proxy.store.base import TurnRecord
-from proxy.store.canonical import canonical, digest, extend_chain, pack_body
+from proxy.store.base import Decision, TurnRecord
+from proxy.store.canonical import canonical, digest, extend_chain
 from proxy.store.history import extended_ids, pack_ids
+from proxy.store.known import NONE, Head, Known, Match
 from proxy.store.prefix import Clean, Hashed, PrefixCache, hash_all
 from proxy.store.redact import redact_json, redact_text
 
 EMPTY_HISTORY = digest(b"")
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    turn_id: int
-    session_id: str
-    length: int  # how many leading messages of the request it covers
-    is_head: bool
-    via_history: bool
-    has_reply: bool
-    model: str
-    seq: int
 
 
 def message_text(msg: Mapping[str, Any]) -> str:
@@ -70,53 +58,105 @@ def message_text(msg: Mapping[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def put_message(db: sqlite3.Connection, body: bytes, h: bytes, fts: bool) -> int:
-    """The id of the message with canonical ``body``, inserting (and indexing) it if new."""
-    row = db.execute("SELECT id FROM messages WHERE hash = ?", (h,)).fetchone()
-    if row is not None:
-        return int(row[0])
-    mid = db.execute(
-        "INSERT INTO messages (hash, body) VALUES (?, ?)", (h, pack_body(body))
-    ).lastrowid
-    assert mid is not None
-    if fts:
-        text = message_text(orjson.loads(body)) if body.startswith(b'{"') else ""
-        if text:
-            db.execute("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", (mid, text))
+def put_message(
+    db: sqlite3.Connection, body: bytes | Callable[[], bytes], h: bytes, known: Known | None = None
+) -> int:
+    """The id of the message with digest ``h``, inserting its canonical ``body`` if new.
+
+    A new body is stored as is; the indexer packs and indexes it later. ``body``
+    may be a callable, so a message the writer already knows is not serialised.
+    """
+    if known is not None:
+        mid = known.message_ids.get(h)
+        if mid is not None:
+            return mid
+    raw = body() if callable(body) else body
+    cur = db.execute("INSERT OR IGNORE INTO messages (hash, body) VALUES (?, ?)", (h, raw))
+    if cur.rowcount == 1:
+        assert cur.lastrowid is not None
+        mid = cur.lastrowid
+        if known is not None:
+            known.inserted += 1
+    else:
+        mid = int(db.execute("SELECT id FROM messages WHERE hash = ?", (h,)).fetchone()[0])
+    if known is not None:
+        known.message_ids[h] = mid
     return mid
 
 
-_MATCH_SQL = """SELECT t.id, t.session_id, t.via_history, s.head_turn = t.id,
-    t.reply_msg IS NOT NULL, t.model, t.seq, t.h
-    FROM (SELECT id, session_id, reply_msg, model, seq, history_hash AS h, 1 AS via_history
-          FROM turns WHERE workspace = ? AND history_hash IN ({marks}) {where}
+_BEST_SQL = """WITH c(h, n) AS (VALUES {values})
+    SELECT t.id, t.session_id, c.n, s.head_turn = t.id, t.via_history,
+        t.reply_msg IS NOT NULL, t.model, t.seq, t.base_turn, t.base_len
+    FROM (SELECT id, session_id, reply_msg, model, seq, base_turn, base_len,
+                 history_hash AS h, 1 AS via_history
+          FROM turns WHERE workspace = ? AND history_hash IN (SELECT h FROM c) {where}
           UNION ALL
-          SELECT id, session_id, reply_msg, model, seq, ext_hash AS h, 0 AS via_history
-          FROM turns WHERE workspace = ? AND ext_hash IN ({marks}) {where}) t
-    JOIN sessions s ON s.id = t.session_id"""
+          SELECT id, session_id, reply_msg, model, seq, base_turn, base_len,
+                 ext_hash AS h, 0 AS via_history
+          FROM turns WHERE workspace = ? AND ext_hash IN (SELECT h FROM c) {where}) t
+    JOIN c ON c.h = t.h
+    JOIN sessions s ON s.id = t.session_id
+    ORDER BY c.n DESC, s.head_turn = t.id DESC, t.id DESC LIMIT 1"""
+
+
+def _best(
+    db: sqlite3.Connection,
+    workspace: str,
+    hashes: Sequence[bytes],
+    lengths: Sequence[int],
+    session_id: str | None,
+    known: Known | None,
+) -> Match | None:
+    """The best stored turn matching one of ``lengths`` leading messages (longest first)."""
+    where = "AND session_id = ?" if session_id else ""
+    extra: tuple[str, ...] = (session_id,) if session_id else ()
+    values: list[Any] = []
+    for n in lengths:
+        values += (hashes[n - 1], n)
+    sql = _BEST_SQL.format(values=",".join(["(?, ?)"] * len(lengths)), where=where)
+    row = db.execute(sql, (*values, workspace, *extra, workspace, *extra)).fetchone()
+    m = None if row is None else Match(*row[:3], *map(bool, row[3:6]), *row[6:])
+    if known is not None and session_id is None:  # a global answer: remember it
+        for n in lengths:
+            if m is not None and n <= m.length:
+                break
+            known.best[(workspace, hashes[n - 1])] = NONE
+        if m is not None:
+            known.best[(workspace, hashes[m.length - 1])] = m
+            if m.is_head:
+                known.heads[m.session_id] = Head(m.turn_id, m.seq, m.model)
+    return m
 
 
 def find_match(
-    db: sqlite3.Connection, workspace: str, hashes: Sequence[bytes], session_id: str | None = None
+    db: sqlite3.Connection,
+    workspace: str,
+    hashes: Sequence[bytes],
+    session_id: str | None = None,
+    known: Known | None = None,
 ) -> Match | None:
     """The stored turn whose history (or history + reply) is the longest prefix of ``hashes``.
 
     Ties go to a conversation's latest turn, then to the newest. The candidate
     lengths are looked up longest first, a few at a time (a continuation is found
-    in the first lookup), each an index search on ``history_hash``/``ext_hash``.
+    in the first lookup); what ``known`` remembers is not asked of the database.
     """
-    where = "AND session_id = ?" if session_id else ""
-    extra: tuple[str, ...] = (session_id,) if session_id else ()
     end, size = len(hashes), 4
     while end > 0:
         start = max(0, end - size)
-        chunk = list(hashes[start:end])
-        sql = _MATCH_SQL.format(marks=",".join("?" * len(chunk)), where=where)
-        rows = db.execute(sql, (workspace, *chunk, *extra, workspace, *chunk, *extra)).fetchall()
-        if rows:
-            length = {h: start + i + 1 for i, h in enumerate(chunk)}
-            r = max(rows, key=lambda r: (length[r[7]], r[3], r[0]))
-            return Match(r[0], r[1], length[r[7]], bool(r[3]), bool(r[2]), bool(r[4]), r[5], r[6])
+        hit: Match | None = None
+        ask: list[int] = []
+        for n in range(end, start, -1):
+            m = known.lookup(workspace, hashes[n - 1]) if known is not None else None
+            if m == NONE:
+                continue
+            if isinstance(m, Match) and session_id in (None, m.session_id):
+                hit = m
+                break
+            ask.append(n)
+        found = _best(db, workspace, hashes, ask, session_id, known) if ask else None
+        if found is not None or hit is not None:
+            return found or hit  # every length asked is longer than the hit
         end, size = start, min(size * 8, 400)
     return None
 
@@ -128,61 +168,91 @@ def _title(messages: Sequence[Mapping[str, Any]], clean: Clean) -> str:
     return ""
 
 
-def _new_session(
-    db: sqlite3.Connection,
-    turn: TurnRecord,
-    clean: Clean,
-    hint: str | None = None,
-    parent: Match | None = None,
-) -> str:
-    sid = secrets.token_hex(8)
-    db.execute(
-        "INSERT INTO sessions (id, workspace, hint, title, created_at, updated_at,"
-        " parent_session, parent_turn) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            sid,
-            turn.workspace,
-            hint,
-            _title(turn.messages, clean),
-            turn.started_at,
-            turn.started_at,
-            parent.session_id if parent else None,
-            parent.turn_id if parent else None,
-        ),
-    )
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a turn goes: its session, seq, the turn it builds on, the previous model."""
+
+    session_id: str
+    seq: int
+    match: Match | None
+    prev_model: str | None
+    new_session: bool = False
+    hint: str | None = None
+
+
+def _head(db: sqlite3.Connection, sid: str, known: Known | None) -> tuple[int, str | None]:
+    """(seq of ``sid``'s head turn or 0, its model)."""
+    head = known.heads.get(sid) if known is not None else None
+    if head is not None:
+        return head.seq, head.model
+    row = db.execute(
+        "SELECT t.id, t.seq, t.model FROM sessions s JOIN turns t ON t.id = s.head_turn"
+        " WHERE s.id = ?",
+        (sid,),
+    ).fetchone()
+    if row is None:
+        return 0, None
+    if known is not None:
+        known.heads[sid] = Head(row[0], row[1], row[2])
+    return int(row[1]), str(row[2])
+
+
+def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known | None) -> str | None:
+    sid = known.hints.get((workspace, hint)) if known is not None else None
+    if sid is None:
+        row = db.execute(
+            "SELECT id FROM sessions WHERE workspace = ? AND hint = ?", (workspace, hint)
+        ).fetchone()
+        sid = None if row is None else str(row[0])
+        if sid is not None and known is not None:
+            known.hints[(workspace, hint)] = sid
     return sid
 
 
-def _thread(
+def _place(
     db: sqlite3.Connection,
     turn: TurnRecord,
-    clean: Clean,
     hashes: Sequence[bytes],
-    into: str | None = None,
-) -> tuple[str, Match | None, str | None]:
-    """(session id, the turn this one builds on, the previous turn's model)."""
-    if into is not None:  # an import: the session exists, the turns go into it in order
-        row = db.execute(
-            "SELECT t.model FROM sessions s LEFT JOIN turns t ON t.id = s.head_turn WHERE s.id = ?",
-            (into,),
-        ).fetchone()
-        return into, find_match(db, turn.workspace, hashes, into), row[0] if row else None
-    if turn.session_hint:
-        row = db.execute(
-            "SELECT s.id, t.model FROM sessions s LEFT JOIN turns t ON t.id = s.head_turn"
-            " WHERE s.workspace = ? AND s.hint = ?",
-            (turn.workspace, turn.session_hint),
-        ).fetchone()
-        if row is None:
-            return _new_session(db, turn, clean, hint=turn.session_hint), None, None
-        return row[0], find_match(db, turn.workspace, hashes, row[0]), row[1]
-    match = find_match(db, turn.workspace, hashes)
+    into: str | None,
+    known: Known | None,
+) -> Place:
+    """The threading rules (see the module docstring)."""
+    sid = into
+    if sid is None and turn.session_hint:
+        sid = _hinted(db, turn.workspace, turn.session_hint, known)
+        if sid is None:
+            return Place(secrets.token_hex(8), 1, None, None, True, turn.session_hint)
+    if sid is not None:  # an import, or a session the client named
+        seq, model = _head(db, sid, known)
+        return Place(sid, seq + 1, find_match(db, turn.workspace, hashes, sid, known), model)
+    match = find_match(db, turn.workspace, hashes, known=known)
     if match is None:
-        return _new_session(db, turn, clean), None, None
+        return Place(secrets.token_hex(8), 1, None, None, True)
     regenerate = match.via_history and match.length == len(hashes) and match.has_reply
     if match.is_head and not regenerate:
-        return match.session_id, match, match.model
-    return _new_session(db, turn, clean, parent=match), match, match.model
+        return Place(match.session_id, match.seq + 1, match, match.model)
+    return Place(secrets.token_hex(8), 1, match, match.model, True)
+
+
+def _base(db: sqlite3.Connection, m: Match, known: Known | None) -> int:
+    """The turn that holds ``m``'s first ``m.length`` messages itself, or builds on one that does.
+
+    A regenerate of a regenerate builds on the original turn, so reading any turn
+    walks at most one step per stored segment of its history, never every retry.
+    """
+    tid, base, base_len = m.turn_id, m.base_turn, m.base_len
+    while base is not None and m.length <= base_len:
+        tid = base
+        got = known.bases.get(tid) if known is not None else None
+        if got is None:
+            row = db.execute(
+                "SELECT base_turn, base_len FROM turns WHERE id = ?", (tid,)
+            ).fetchone()
+            got = (row[0], int(row[1]))
+            if known is not None:
+                known.bases[tid] = got
+        base, base_len = got
+    return tid
 
 
 def _json(obj: Any) -> str | None:
@@ -190,8 +260,26 @@ def _json(obj: Any) -> str | None:
     return None if obj is None else orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+def _decision(d: Decision | None) -> str | None:
+    """The decision as JSON (by hand: ``dataclasses.asdict`` deep-copies)."""
+    if d is None:
+        return None
+    return _json(
+        {
+            "action": d.action,
+            "window": d.window,
+            "budget": d.budget,
+            "tokens": d.tokens,
+            "forwarded_tokens": d.forwarded_tokens,
+            "exact": d.exact,
+            "policies": d.policies,
+            "steps": d.steps,
+        }
+    )
+
+
 def _forwarded(
-    db: sqlite3.Connection, turn: TurnRecord, hashed: Hashed, clean: Clean, fts: bool
+    db: sqlite3.Connection, turn: TurnRecord, hashed: Hashed, clean: Clean, known: Known | None
 ) -> str | None:
     """The forwarded list as ops over the history, storing the messages policies wrote.
 
@@ -214,7 +302,7 @@ def _forwarded(
 
     def put(f: int) -> int:
         body = bodies.get(f) or canonical(clean(sent[f]))
-        return put_message(db, body, digests[f], fts)
+        return put_message(db, body, digests[f], known)
 
     ops = fwd.map_inserts(fwd.encode(hashed.digests, digests), put)
     return orjson.dumps(ops).decode()
@@ -224,62 +312,75 @@ def _identity(obj: Any) -> Any:
     return obj
 
 
+def _shared_ids(
+    db: sqlite3.Connection, hashed: Hashed, base: int, n: int, known: Known | None
+) -> list[int]:
+    """The ids of the first ``n`` messages, which a fork shares with turn ``base``."""
+    if known is not None:
+        ids = [known.message_ids.get(d) for d in hashed.digests[:n]]
+        if None not in ids:
+            return ids  # type: ignore[return-value]
+    return extended_ids(db, base)[:n]
+
+
+_INSERT_TURN = """INSERT INTO turns (session_id, seq, workspace, started_at, model, upstream,
+    status, latency_ms, streamed, cancelled, base_turn, base_len, tail, n_messages,
+    history_hash, ext_hash, reply_msg, params_msg, forwarded, decision, usage, finish_reason,
+    error, raw_response, handoff_from)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+
 def write_turn(
     db: sqlite3.Connection,
     turn: TurnRecord,
     *,
     redact: bool,
-    fts: bool,
     into: str | None = None,
     cache: PrefixCache | None = None,
+    known: Known | None = None,
 ) -> int:
     """Insert ``turn`` (inside the caller's transaction) and return its id.
 
     ``into`` forces the session (imports); otherwise the threading rules decide.
-    ``cache`` (the writer's) spares serialising the messages it remembers.
+    ``cache`` (the writer's) spares serialising the messages it remembers;
+    ``known`` spares the queries whose answers the writer remembers.
     """
     clean: Clean = redact_json if redact else _identity
     messages = turn.messages
-    if cache is not None:
-        hashed = cache.hash(turn.workspace, messages, clean)
-    else:
-        hashed = hash_all(messages, clean)
+    hashed = cache.hash(turn.workspace, messages, clean) if cache else hash_all(messages, clean)
     hashes = hashed.hashes
-    session_id, base, prev_model = _thread(db, turn, clean, hashes, into)
-    base_len = base.length if base else 0
+    place = _place(db, turn, hashes, into, known)
+    sid, match = place.session_id, place.match
+    base_len = match.length if match else 0
+    base = _base(db, match, known) if match else None
+
+    def body(i: int) -> Callable[[], bytes]:
+        return lambda: hashed.bodies.get(i) or canonical(clean(messages[i]))
+
     tail = [
-        put_message(
-            db, hashed.bodies.get(i) or canonical(clean(messages[i])), hashed.digests[i], fts
-        )
-        for i in range(base_len, len(messages))
+        put_message(db, body(i), hashed.digests[i], known) for i in range(base_len, len(messages))
     ]
     history_hash = hashes[-1] if hashes else EMPTY_HISTORY
     reply_id = ext_hash = None
     if turn.reply is not None:
         rbody = canonical(clean(turn.reply))
-        reply_id = put_message(db, rbody, digest(rbody), fts)
-        ext_hash = extend_chain(history_hash, digest(rbody))
-    forwarded = _forwarded(db, turn, hashed, clean, fts)
+        rdigest = digest(rbody)
+        reply_id = put_message(db, rbody, rdigest, known)
+        ext_hash = extend_chain(history_hash, rdigest)
+    forwarded = _forwarded(db, turn, hashed, clean, known)
     params_id = None
     if turn.request_params:
         pbody = canonical(clean(turn.request_params))
-        params_id = put_message(db, pbody, digest(pbody), False)
-    decision = dataclasses.asdict(turn.decision) if turn.decision else None
+        params_id = put_message(db, pbody, digest(pbody), known)
     raw = turn.raw_response
     if raw is not None and redact:
         raw = redact_text(raw.decode("utf-8", "replace")).encode()
-    seq = db.execute(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE session_id = ?", (session_id,)
-    ).fetchone()[0]
+    prev = place.prev_model
     tid = db.execute(
-        """INSERT INTO turns (session_id, seq, workspace, started_at, model, upstream, status,
-           latency_ms, streamed, cancelled, base_turn, base_len, tail, n_messages, history_hash,
-           ext_hash, reply_msg, params_msg, forwarded, decision, usage, finish_reason, error,
-           raw_response, handoff_from)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        _INSERT_TURN,
         (
-            session_id,
-            seq,
+            sid,
+            place.seq,
             turn.workspace,
             turn.started_at,
             turn.model,
@@ -288,7 +389,7 @@ def write_turn(
             turn.latency_ms,
             turn.streamed,
             turn.cancelled,
-            base.turn_id if base else None,
+            base,
             base_len,
             pack_ids(tail),
             len(messages),
@@ -297,27 +398,74 @@ def write_turn(
             reply_id,
             params_id,
             forwarded,
-            _json(decision),
+            _decision(turn.decision),
             _json(turn.usage),
             turn.finish_reason,
             _json(clean(turn.error)),
             raw,
-            prev_model if prev_model and prev_model != turn.model else None,
+            prev if prev and prev != turn.model else None,
         ),
     ).lastrowid
-    db.execute(
-        "UPDATE sessions SET head_turn = ?, updated_at = MAX(updated_at, ?) WHERE id = ?",
-        (tid, turn.started_at, session_id),
-    )
-    new_ids = [*tail, *([reply_id] if reply_id else [])]
-    if base is not None and base.session_id != session_id:  # a fork holds its parent's prefix
-        new_ids.extend(extended_ids(db, base.turn_id)[:base_len])
-    db.executemany(
-        "INSERT OR IGNORE INTO session_messages VALUES (?, ?)", [(m, session_id) for m in new_ids]
-    )
     assert tid is not None
+    if place.new_session:
+        db.execute(
+            "INSERT INTO sessions (id, workspace, hint, title, created_at, updated_at,"
+            " parent_session, parent_turn, head_turn) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                sid,
+                turn.workspace,
+                place.hint,
+                _title(messages, clean),
+                turn.started_at,
+                turn.started_at,
+                match.session_id if match else None,
+                match.turn_id if match else None,
+                tid,
+            ),
+        )
+    else:
+        db.execute(
+            "UPDATE sessions SET head_turn = ?, updated_at = MAX(updated_at, ?) WHERE id = ?",
+            (tid, turn.started_at, sid),
+        )
+    new_ids = [*tail, *([reply_id] if reply_id else [])]
+    if match is not None and base is not None and match.session_id != sid:
+        new_ids.extend(_shared_ids(db, hashed, base, base_len, known))  # a fork holds them too
+    db.executemany(
+        "INSERT OR IGNORE INTO session_messages VALUES (?, ?)", [(m, sid) for m in new_ids]
+    )
+    if known is not None:
+        if place.hint is not None:
+            known.hints[(turn.workspace, place.hint)] = sid
+        mine = Match(
+            tid,
+            sid,
+            len(messages),
+            True,
+            True,
+            reply_id is not None,
+            turn.model,
+            place.seq,
+            base,
+            base_len,
+        )
+        ext = None
+        if ext_hash is not None:
+            ext = Match(
+                tid,
+                sid,
+                len(messages) + 1,
+                True,
+                False,
+                True,
+                turn.model,
+                place.seq,
+                base,
+                base_len,
+            )
+        known.wrote(turn.workspace, mine, history_hash, ext, ext_hash)
     if cache is not None and messages:
-        cache.remember(session_id, turn.workspace, messages, hashed, turn.reply, clean)
+        cache.remember(sid, turn.workspace, messages, hashed, turn.reply, clean)
     return tid
 
 

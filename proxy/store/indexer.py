@@ -1,0 +1,67 @@
+"""Deferred work on new messages: full-text indexing and compression, in batches.
+
+A turn's writer stores a new message's canonical JSON as is. Indexing its text
+in FTS5 and compressing its body cost far more per message when done one turn
+(one commit) at a time than in a batch: FTS5 builds a segment per transaction.
+So the writer calls :func:`index_pending` every few hundred new messages, every
+couple of seconds, and before it stops; imports call it before they commit.
+
+``index_state.upto`` is the highest message id already processed; every message
+above it is *pending*. Readers search pending messages by scanning them (see
+``read``), so search finds a message as soon as its turn is committed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import orjson
+
+from proxy.store.canonical import pack_body, unpack_body
+from proxy.store.migrations import has_fts
+from proxy.store.write import message_text
+
+
+def indexed_upto(db: sqlite3.Connection) -> int:
+    """The highest message id whose text is indexed and body packed."""
+    row = db.execute("SELECT upto FROM index_state").fetchone()
+    return int(row[0]) if row else 0
+
+
+def index_pending(db: sqlite3.Connection, limit: int = 2000) -> int:
+    """Index and pack up to ``limit`` pending messages (inside the caller's transaction).
+
+    Returns how many were processed; call again while it returns ``limit``.
+    """
+    upto = indexed_upto(db)
+    rows = db.execute(
+        "SELECT id, body FROM messages WHERE id > ? ORDER BY id LIMIT ?", (upto, limit)
+    ).fetchall()
+    if not rows:
+        return 0
+    fts = has_fts(db)
+    texts: list[tuple[int, str]] = []
+    packed: list[tuple[bytes, int]] = []
+    for mid, stored in rows:
+        body = unpack_body(stored)
+        if fts and body.startswith(b'{"'):
+            text = message_text(orjson.loads(body))
+            if text:
+                texts.append((mid, text))
+        small = pack_body(body)
+        if small is not stored and small != stored:
+            packed.append((small, mid))
+    if texts:
+        db.executemany("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", texts)
+    if packed:
+        db.executemany("UPDATE messages SET body = ? WHERE id = ?", packed)
+    db.execute("UPDATE index_state SET upto = ?", (rows[-1][0],))
+    return len(rows)
+
+
+def index_all(db: sqlite3.Connection) -> int:
+    """Process every pending message; return how many."""
+    total = 0
+    while n := index_pending(db):
+        total += n
+    return total

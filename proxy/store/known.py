@@ -1,0 +1,115 @@
+"""What the writer knows of the database, so a turn costs a few statements.
+
+The writer thread is the only connection that writes turns between two checks
+of ``PRAGMA data_version`` (which changes when another connection commits: an
+import, a prune). While that holds it can remember, instead of querying:
+
+* message ids by digest (a resent or repeated message needs no lookup);
+* each session's head turn, seq and model;
+* for a chain hash, the *best* stored turn with that history or history +
+  reply (the one :func:`proxy.store.write.find_match` would pick), or that there
+  is none. A remembered best that was its session's head is trusted only while
+  ``heads`` still says so; writing a turn with that hash replaces it.
+
+Everything is a bounded LRU and exact: the writer calls :meth:`Known.clear`
+whenever the database may have changed under it (another connection committed,
+a rollback, retention deleted sessions). Only the writer thread touches it.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Lru(Generic[K, V]):
+    """A dict that forgets its least recently set entries beyond ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: collections.OrderedDict[K, V] = collections.OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        return self._d.get(key)
+
+    def __setitem__(self, key: K, value: V) -> None:
+        d = self._d
+        d[key] = value
+        d.move_to_end(key)
+        if len(d) > self.size:
+            d.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        self._d.pop(key, None)
+
+    def clear(self) -> None:
+        self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A stored turn whose history (or history + reply) is a prefix of a request."""
+
+    turn_id: int
+    session_id: str
+    length: int  # how many leading messages of the request it covers
+    is_head: bool
+    via_history: bool
+    has_reply: bool
+    model: str
+    seq: int
+    base_turn: int | None  # the matched turn's own incremental encoding
+    base_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    turn_id: int
+    seq: int
+    model: str
+
+
+NONE = "none"
+"""A remembered answer: no stored turn has this chain hash."""
+
+
+class Known:
+    """The writer's exact, bounded memory of recent rows (see the module docstring)."""
+
+    def __init__(self, max_messages: int = 50_000, max_turns: int = 20_000) -> None:
+        self.message_ids: Lru[bytes, int] = Lru(max_messages)
+        self.heads: Lru[str, Head] = Lru(max_turns)
+        self.best: Lru[tuple[str, bytes], Match | str] = Lru(2 * max_turns)
+        self.bases: Lru[int, tuple[int | None, int]] = Lru(max_turns)
+        self.hints: Lru[tuple[str, str], str] = Lru(max_turns)
+        self.inserted = 0  # messages inserted since the writer last indexed
+
+    def clear(self) -> None:
+        for lru in (self.message_ids, self.heads, self.best, self.bases, self.hints):
+            lru.clear()
+
+    def lookup(self, workspace: str, h: bytes) -> Match | str | None:
+        """The best turn for chain hash ``h``, :data:`NONE`, or None when not known."""
+        m = self.best.get((workspace, h))
+        if isinstance(m, Match) and m.is_head:
+            head = self.heads.get(m.session_id)
+            if head is None or head.turn_id != m.turn_id:
+                return None  # no longer its session's head: another turn may now be best
+        return m
+
+    def wrote(
+        self, workspace: str, m: Match, h: bytes, ext: Match | None, eh: bytes | None
+    ) -> None:
+        """Turn ``m`` (history hash ``h``; with its reply ``ext``, hash ``eh``) is a new head."""
+        self.heads[m.session_id] = Head(m.turn_id, m.seq, m.model)
+        self.bases[m.turn_id] = (m.base_turn, m.base_len)
+        self.best[(workspace, h)] = m  # newest, and a head: it wins every tie
+        if ext is not None and eh is not None:
+            self.best[(workspace, eh)] = ext

@@ -40,6 +40,9 @@ SummarizerFactory = Callable[[ChatRequest, Upstream, Mapping[str, str]], "Summar
 CALIBRATE_BOUND = 32_768
 """Fast-path requests are counted for calibration only below this bound (on the loop)."""
 
+OFFLOAD_BOUND = 32_768
+"""Requests whose bound is above this many tokens are counted in a worker thread."""
+
 RAW_SLACK = 64
 """Tokens a text-only request may cost beyond its byte length (reply priming, tool
 framing); property-tested against the exact count in tests/test_raw_bound.py."""
@@ -94,12 +97,18 @@ class Engine:
         target = await self._target(req, info, hard_limit)
         budget = target.budget
         bound = raw_bound(req)
-        if bound is None or bound > budget.budget:
+        if bound is None or budget.budget < bound <= 2 * budget.budget:
+            # Images, or close enough that the tighter per-part bound may still fit;
+            # far over, it cannot, and walking a huge history for it is wasted.
             bound = target.counter.upper_bound(req.body)
         if hard_limit is None and bound <= budget.budget:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
-        counted = await target.counter.count_request_async(req.body)
+        base = target.counter.request_counter(req.body)  # shared with compression below
+        if bound <= OFFLOAD_BOUND:
+            counted = base(req.messages)
+        else:  # tokenizing a large history must not stall the event loop
+            counted = await asyncio.to_thread(base, req.messages)
         tokens = self._corrected(req.model, target.counter, counted)
         if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
             # Our count fit the limit the upstream enforces, so the count ran low:
@@ -112,7 +121,7 @@ class Engine:
             log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
             note = "compression off for this route"
             return self._passthrough(req, target, tokens, counted, note=note)
-        return await self._compress(req, up, target, tokens, client_headers or {})
+        return await self._compress(req, up, target, tokens, base, client_headers or {})
 
     def warm(self) -> None:
         """Load the exact encodings now (blocking; run it in a thread at start-up), so
@@ -184,8 +193,7 @@ class Engine:
             return counted
         return self.calibration.corrected(model, counted)
 
-    def _count_fn(self, req: ChatRequest, counter: ModelCounter) -> CountTokens:
-        base = counter.request_counter(req.body)
+    def _count_fn(self, req: ChatRequest, counter: ModelCounter, base: CountTokens) -> CountTokens:
         if counter.exact:
             return base
         factor = self.calibration.factor(req.model)
@@ -227,13 +235,14 @@ class Engine:
         up: Upstream,
         target: _Target,
         tokens: int,
+        base: CountTokens,
         client_headers: Mapping[str, str],
     ) -> Plan:
         key = conversation_key(req.messages)
         summarize = self._summarizer(req, up, client_headers)
         ctx = PolicyContext(
             budget=target.budget.budget,
-            count=self._count_fn(req, target.counter),
+            count=self._count_fn(req, target.counter, base),
             summarize=summarize,
             previous=self.cuts.get(key),
             step_tokens=int(target.budget.budget * self.settings.compression.step),
@@ -246,10 +255,10 @@ class Engine:
             raise _too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
             self.cuts.put(key, result.cut)
-        return self._compressed_plan(req, target, tokens, result)
+        return self._compressed_plan(req, target, tokens, result, base(result.messages))
 
     def _compressed_plan(
-        self, req: ChatRequest, target: _Target, tokens: int, result: Compression
+        self, req: ChatRequest, target: _Target, tokens: int, result: Compression, raw_tokens: int
     ) -> Plan:
         new = req.with_messages(result.messages)
         decision = Decision(
@@ -278,7 +287,7 @@ class Engine:
             decision=decision,
             forwarded=[dict(m) for m in result.messages],
             headers=headers,
-            raw_tokens=target.counter.count_request(new.body),
+            raw_tokens=raw_tokens,
         )
 
     def _summarizer(

@@ -97,9 +97,30 @@ class ModelCounter:
         return self._messages_tokens(_messages(body)) + self._fixed_tokens(body)
 
     def request_counter(self, body: Mapping[str, Any]) -> Callable[[Sequence[Message]], int]:
-        """A counter for candidate message lists sent with this body's other fields."""
+        """A counter for candidate message lists sent with this body's other fields.
+
+        Compression counts the same message objects many times over (every candidate
+        cut), so the counter remembers each message object it has seen, by identity,
+        for as long as it lives (one request); the content-hash cache is only asked
+        once per message."""
         fixed = self._fixed_tokens(body)
-        return lambda messages: self._messages_tokens(messages) + fixed
+        seen: dict[int, tuple[Message, int]] = {}
+
+        def count(messages: Sequence[Message]) -> int:
+            total, fresh = fixed, []
+            for msg in messages:
+                hit = seen.get(id(msg))
+                if hit is not None and hit[0] is msg:
+                    total += hit[1]
+                else:
+                    fresh.append(msg)
+            if fresh:
+                for msg, tokens in zip(fresh, self._per_message(fresh), strict=True):
+                    seen[id(msg)] = (msg, tokens)  # the strong ref keeps id() unique
+                    total += tokens
+            return total
+
+        return count
 
     def upper_bound(self, body: Mapping[str, Any]) -> int:
         """A bound >= ``count_request(body)`` computed from byte lengths, no tokenizer."""
@@ -127,17 +148,20 @@ class ModelCounter:
         return total
 
     def _messages_tokens(self, messages: Sequence[Message]) -> int:
+        return sum(self._per_message(messages))
+
+    def _per_message(self, messages: Sequence[Message]) -> list[int]:
         keys = [self._key(m) for m in messages]
         cached = self._cache.get_many(keys)
-        total, fresh = 0, []
+        out, fresh = [], []
         for msg, key, hit in zip(messages, keys, cached, strict=True):
             if hit is None:
                 hit = chat.message_tokens(msg, self._enc.count, self._image)
                 fresh.append((key, hit))
-            total += hit
+            out.append(hit)
         if fresh:
             self._cache.put_many(fresh)
-        return total
+        return out
 
     def _key(self, msg: Message) -> bytes:
         try:

@@ -52,6 +52,10 @@ class PolicyContext:
     step_tokens: int = 0
     """When a cut must move, move it by at least this many tokens (cache stability)."""
     options: Mapping[str, Any] = field(default_factory=dict)
+    memo: dict[int, Any] = field(default_factory=dict)
+    """Scratch for one compression: per-message digests by object identity, so the
+    policies' repeated prefix checks hash each message once. Outputs never depend
+    on it."""
 
 
 @dataclass(frozen=True, slots=True)

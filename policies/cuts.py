@@ -67,9 +67,25 @@ def _canonical_call(call: Any) -> Any:
     return {**call, "function": {**fn, "arguments": _fp_of(fn["arguments"])}}
 
 
-def prefix_hash(messages: Sequence[Message]) -> str:
-    """Stable sha256 of the messages' canonical JSON, blind to handoff's elision stubs."""
-    return hashlib.sha256(dumps([_canonical(m) for m in messages])).hexdigest()
+def prefix_hash(messages: Sequence[Message], memo: dict[int, Any] | None = None) -> str:
+    """Stable sha256 over the messages' canonical JSON digests, blind to handoff's
+    elision stubs. ``memo`` (a :class:`PolicyContext`'s) keeps each message's digest
+    by identity, so the several prefix checks of one compression hash it once."""
+    h = hashlib.sha256()
+    for m in messages:
+        h.update(_digest(m, memo))
+    return h.hexdigest()
+
+
+def _digest(m: Message, memo: dict[int, Any] | None) -> bytes:
+    if memo is not None:
+        hit = memo.get(id(m))
+        if hit is not None and hit[0] is m:
+            return hit[1]  # type: ignore[no-any-return]
+    digest = hashlib.sha256(dumps(_canonical(m))).digest()
+    if memo is not None:
+        memo[id(m)] = (m, digest)  # the strong ref keeps id() unique
+    return digest
 
 
 def size(ctx: PolicyContext, message: Message) -> int:
@@ -78,13 +94,17 @@ def size(ctx: PolicyContext, message: Message) -> int:
 
 
 def previous_cut(
-    messages: Sequence[Message], reg: Region, prev: CutState | None, policy: str
+    messages: Sequence[Message],
+    reg: Region,
+    prev: CutState | None,
+    policy: str,
+    memo: dict[int, Any] | None = None,
 ) -> int | None:
     """The previous turn's cut if ``policy`` made it and the history still starts so."""
     if prev is None or prev.policy != policy or prev.cut <= 0 or prev.cut not in reg.points:
         return None
     end = reg.end(prev.cut)
-    return prev.cut if prefix_hash(messages[:end]) == prev.prefix_hash else None
+    return prev.cut if prefix_hash(messages[:end], memo) == prev.prefix_hash else None
 
 
 def search_cut(

@@ -76,7 +76,7 @@ class ElideToolResults:
 
     def _run(self, msgs: list[dict[str, Any]], ctx: PolicyContext, extend: bool) -> PolicyResult:
         stubs = self._candidates(msgs, ctx)
-        upto = self._previous_upto(msgs, ctx.previous)
+        upto = self._previous_upto(msgs, ctx)
         n = sum(1 for i in stubs if i < upto)
         if extend and ctx.count(self._elide(msgs, stubs, n)) > ctx.budget:
             n = self._how_many(msgs, stubs, n, ctx)
@@ -85,7 +85,7 @@ class ElideToolResults:
         out = self._elide(msgs, stubs, n)
         upto = max(upto, list(stubs)[n - 1] + 1)
         before, after = ctx.count(msgs), ctx.count(out)
-        state = CutState(cut=0, elided_upto=upto, elided_hash=prefix_hash(msgs[:upto]))
+        state = CutState(cut=0, elided_upto=upto, elided_hash=prefix_hash(msgs[:upto], ctx.memo))
         return PolicyResult(
             out,
             changed=True,
@@ -152,8 +152,9 @@ class ElideToolResults:
         return stub if ok else None
 
     @staticmethod
-    def _previous_upto(msgs: list[dict[str, Any]], prev: CutState | None) -> int:
+    def _previous_upto(msgs: list[dict[str, Any]], ctx: PolicyContext) -> int:
+        prev = ctx.previous
         if prev is None or not 0 < prev.elided_upto <= len(msgs):
             return 0
-        same = prefix_hash(msgs[: prev.elided_upto]) == prev.elided_hash
+        same = prefix_hash(msgs[: prev.elided_upto], ctx.memo) == prev.elided_hash
         return prev.elided_upto if same else 0

@@ -45,7 +45,7 @@ class Summarize:
         reg = region(msgs)
         if not reg.units:
             return PolicyResult(msgs, changed=False, note="nothing to summarize")
-        prev = previous_cut(msgs, reg, ctx.previous, self.name)
+        prev = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
         old = ctx.previous.summary if prev is not None and ctx.previous else None
         if prev is not None and old is not None:
             reused = self._build(msgs, reg, prev, old, ctx)
@@ -70,7 +70,7 @@ class Summarize:
         """Re-apply the previous turn's summary if still valid, whether or not it fits."""
         msgs = as_dicts(messages)
         reg = region(msgs)
-        k = previous_cut(msgs, reg, ctx.previous, self.name)
+        k = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
         if k is None or ctx.previous is None or ctx.previous.summary is None:
             return PolicyResult(msgs, changed=False)
         summary = ctx.previous.summary
@@ -96,7 +96,10 @@ class Summarize:
         how: str,
     ) -> PolicyResult:
         state = CutState(
-            cut=k, summary=summary, prefix_hash=prefix_hash(msgs[: reg.end(k)]), policy=self.name
+            cut=k,
+            summary=summary,
+            prefix_hash=prefix_hash(msgs[: reg.end(k)], ctx.memo),
+            policy=self.name,
         )
         return PolicyResult(
             out,

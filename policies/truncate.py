@@ -46,7 +46,7 @@ class Truncate:
         reg = region(msgs, self.start(msgs))
         if not reg.units:
             return PolicyResult(msgs, changed=False, note="nothing droppable")
-        prev = previous_cut(msgs, reg, ctx.previous, self.name)
+        prev = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
         if prev is not None and ctx.count(self.build(msgs, reg, prev, ctx)) <= ctx.budget:
             k = prev
         else:
@@ -58,7 +58,7 @@ class Truncate:
         """Re-apply the previous turn's cut if it is still valid, whether or not it fits."""
         msgs = as_dicts(messages)
         reg = region(msgs, self.start(msgs))
-        k = previous_cut(msgs, reg, ctx.previous, self.name)
+        k = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
         if k is None:
             return PolicyResult(msgs, changed=False)
         return self.result(msgs, reg, k, ctx)
@@ -77,7 +77,9 @@ class Truncate:
         self, msgs: list[dict[str, Any]], reg: Region, k: int, ctx: PolicyContext
     ) -> PolicyResult:
         out = self.build(msgs, reg, k, ctx)
-        state = CutState(cut=k, prefix_hash=prefix_hash(msgs[: reg.end(k)]), policy=self.name)
+        state = CutState(
+            cut=k, prefix_hash=prefix_hash(msgs[: reg.end(k)], ctx.memo), policy=self.name
+        )
         return PolicyResult(
             out,
             changed=True,

@@ -75,7 +75,9 @@ def _record(messages: list[dict[str, Any]]) -> TurnRecord:
 
 def distinct(i: int) -> TurnRecord:
     """A new conversation: a ~1 KB user message no other turn has."""
-    text = " ".join(f"{WORDS[(i * 7 + k) % len(WORDS)]}{(i + k) % 97}" for k in range(150))
+    text = f"request {i}: " + " ".join(
+        f"{WORDS[(i * 7 + k) % len(WORDS)]}{(i + k) % 97}" for k in range(150)
+    )
     return _record([SYSTEM, {"role": "user", "content": text}])
 
 
@@ -97,8 +99,9 @@ def paced(make: Callable[[int], TurnRecord], n: int, rate: float) -> dict[str, A
         records = [make(i) for i in range(n)]  # built up front: the proxy pays for these
         marks: list[float] = []
         t0 = time.perf_counter()
+        third = n // 3
         for i, r in enumerate(records):
-            if i % (n // 3) == 0:
+            if i in (0, 2 * third):
                 _drain(store)
                 marks.append(store.writer_cpu_s() or 0.0)
             store.record(r)
@@ -110,7 +113,6 @@ def paced(make: Callable[[int], TurnRecord], n: int, rate: float) -> dict[str, A
         store.shutdown()  # indexes what is left: counted below
         total = marks[-1] - marks[0]
         failures = store.health().write_failures
-    third = n // 3
     return {
         "turns": n,
         "writer_us_per_turn": round(total / n * 1e6, 1),

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from proxy.store.base import TurnRecord
 from proxy.store.db import connect
+from proxy.store.known import Known
 from proxy.store.prefix import PrefixCache, hash_all, is_plain
 from proxy.store.read import SqliteReader
 from proxy.store.redact import redact_json
@@ -92,13 +93,17 @@ def scripts(draw: st.DrawFn) -> list[TurnRecord]:
 
 
 def _store(
-    path: Path, turns: Sequence[TurnRecord], cache: PrefixCache | None, redact: bool
+    path: Path,
+    turns: Sequence[TurnRecord],
+    cache: PrefixCache | None,
+    redact: bool,
+    known: Known | None = None,
 ) -> None:
     db = connect(path)
     try:
         for t in turns:
             db.execute("BEGIN")
-            write_turn(db, t, redact=redact, cache=cache)
+            write_turn(db, t, redact=redact, cache=cache, known=known)
             db.execute("COMMIT")
     finally:
         db.close()
@@ -152,10 +157,10 @@ def _read(path: Path) -> list[dict[str, Any]]:
 def test_cached_writer_stores_exactly_what_the_full_path_stores(
     turns: list[TurnRecord], redact: bool
 ) -> None:
-    """Writing with the prefix cache leaves the same rows and reads as hashing every message."""
+    """With the prefix cache and remembered rows, the same rows and reads as querying everything."""
     with tempfile.TemporaryDirectory() as tmp:
         fast, slow = Path(tmp) / "fast.db", Path(tmp) / "slow.db"
-        _store(fast, turns, PrefixCache(), redact)
+        _store(fast, turns, PrefixCache(), redact, Known())
         _store(slow, turns, None, redact)
         assert _dump(fast) == _dump(slow)
         assert _read(fast) == _read(slow)

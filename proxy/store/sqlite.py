@@ -3,16 +3,21 @@
 The request path only appends to a bounded deque under a lock (never blocks on
 I/O, never raises). The writer thread, started by :meth:`SqliteStore.start` and
 drained and joined by :meth:`SqliteStore.close`, takes everything queued, writes
-it in one transaction and commits, so a turn is on disk within
-``flush_interval_s`` of ``record()``. Failures (disk full, locked, read-only, a
-missing directory) are logged, counted and reported by :meth:`health`; the batch
-stays queued and is retried, and when the queue is full the oldest turn is
-dropped and counted.
+it in one transaction and commits. After an idle spell it writes a turn at once;
+under load it lets ``gather_s`` pass between commits, so a transaction holds
+many turns and a turn is on disk within ``gather_s`` (well inside a second).
+New messages are indexed for search and packed in batches (``indexer``): every
+``index_batch`` messages or ``index_interval_s``, when idle, and before closing.
+
+Failures (disk full, locked, read-only, a missing directory) are logged, counted
+and reported by :meth:`health`; the batch stays queued and is retried, and when
+the queue is full the oldest turn is dropped and counted.
 
 The writer shares the GIL with the event loop, so its CPU is taken from request
 handling. It keeps a :class:`~proxy.store.prefix.PrefixCache` so a turn costs
-its new messages, not its whole history, and it lets other threads run between
-the turns of a batch.
+its new messages, not its whole history, and a :class:`~proxy.store.known.Known`
+so it asks the database little; it lets other threads run between the turns of
+a batch.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ class SqliteStore:
         busy_timeout_ms: int = 2000,
         prefix_cache_sessions: int = 256,
         prefix_cache_bytes: int = 32 << 20,
-        gather_s: float = 0.02,
+        gather_s: float = 0.05,
         max_batch: int = 500,
         index_batch: int = 256,
         index_interval_s: float = 2.0,
@@ -97,6 +102,7 @@ class SqliteStore:
         # The writer thread's own state:
         self._logged_error: str | None = None
         self._last_commit = 0.0
+        self._last_batch = 0
         self._data_version: int | None = None
         self._pending = 0  # messages inserted and not yet indexed
         self._pending_since: float | None = None
@@ -189,8 +195,9 @@ class SqliteStore:
     def _take(self) -> list[_Job] | None:
         """Wait for a batch: none while idle, the whole queue once it is due; None to stop.
 
-        A batch is due at once after an idle spell, but under load the writer lets
-        ``gather_s`` pass between commits, so one transaction holds many turns.
+        A batch is due at once while turns come one at a time, but under load (the
+        last batch held several) the writer lets ``gather_s`` pass between commits,
+        so one transaction holds many turns.
         """
         with self._cond:
             s = self._state
@@ -202,12 +209,13 @@ class SqliteStore:
                         return []  # idle: a chance to index
                     continue
                 wait = self._last_commit + self.gather_s - time.monotonic()
-                if wait <= 0:
+                if wait <= 0 or self._last_batch < 2:
                     break
                 self._cond.wait(wait)
             if not s.queue:
                 return None if s.closing else []
             batch = list(s.queue)
+            self._last_batch = len(batch)
             s.queue.clear()
             s.busy = len(batch)
             return batch
@@ -264,32 +272,21 @@ class SqliteStore:
                 known.clear()
                 db = connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
                 self._data_version = None
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                version = db.execute("PRAGMA data_version").fetchone()[0]
-                if version != self._data_version:
-                    known.clear()  # another connection committed: forget what we knew
-                    self._data_version = version
-                for i, job in enumerate(batch):
-                    if i:
-                        time.sleep(0)  # release the GIL: the event loop may be waiting
-                    self._write_one(db, job, cache, known)
-                self._note_inserted(known)
-                indexed = self._index_due(idle) and self._index(db)
-                db.execute("COMMIT")
-            except BaseException:
-                known.clear()
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            while True:
+                bad = self._transaction(db, batch, cache, known, idle)
+                if bad is None:
+                    break
+                # A turn that cannot be serialised never will be: drop it, redo the rest.
+                self._failed(bad[1], 1, healthy=True)
+                del batch[bad[0]]  # in place: a failed retry requeues the rest
+                with self._cond:
+                    self._state.busy = len(batch)
         except (sqlite3.Error, OSError) as e:
             self._failed(e, 1)
             if db is not None:
                 db.close()
             return None
         self._last_commit = time.monotonic()
-        if indexed:
-            self._pending, self._pending_since = 0, None
         if self._logged_error is not None:
             log.info("store_recovered", path=str(self.path))
             self._logged_error = None
@@ -319,23 +316,50 @@ class SqliteStore:
             done = index_pending(db, limit)
         return done < limit
 
-    def _write_one(
-        self, db: sqlite3.Connection, job: _Job, cache: PrefixCache, known: Known
-    ) -> None:
-        db.execute("SAVEPOINT job")
+    def _transaction(
+        self,
+        db: sqlite3.Connection,
+        batch: list[_Job],
+        cache: PrefixCache,
+        known: Known,
+        idle: bool,
+    ) -> tuple[int, Exception] | None:
+        """Write ``batch`` and commit; or roll back and name the job that cannot be encoded.
+
+        No savepoint per job: one costs more than the turn's inserts (every page a
+        turn touches is copied first), and a turn that fails to encode is rare.
+        """
+        db.execute("BEGIN IMMEDIATE")
         try:
-            if isinstance(job, _Calibration):
-                save_calibration(db, job.data)
-            else:
-                write_turn(db, job, redact=self.redact, cache=cache, known=known)
-            db.execute("RELEASE job")
-        except (TypeError, ValueError, orjson.JSONEncodeError) as e:
-            # A turn that cannot be serialised will never be; drop it, keep the rest.
-            known.clear()  # it may have remembered rows the rollback removes
+            version = db.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._data_version:
+                known.clear()  # another connection committed: forget what we knew
+                self._data_version = version
+            for i, job in enumerate(batch):
+                if i:
+                    time.sleep(0)  # release the GIL: the event loop may be waiting
+                try:
+                    if isinstance(job, _Calibration):
+                        save_calibration(db, job.data)
+                    else:
+                        write_turn(db, job, redact=self.redact, cache=cache, known=known)
+                except (TypeError, ValueError, orjson.JSONEncodeError) as e:
+                    known.clear()
+                    known.inserted = 0
+                    db.execute("ROLLBACK")
+                    return i, e
+            self._note_inserted(known)
+            indexed = self._index_due(idle) and self._index(db)
+            db.execute("COMMIT")
+        except BaseException:
+            known.clear()
             known.inserted = 0
-            db.execute("ROLLBACK TO job")
-            db.execute("RELEASE job")
-            self._failed(e, 1, healthy=True)
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        if indexed:
+            self._pending, self._pending_since = 0, None
+        return None
 
     def _enforce_cap(self, db: sqlite3.Connection) -> None:
         assert self.max_bytes is not None

@@ -16,10 +16,15 @@ Threading rules, in order:
    also lists the messages it shares with its parent in ``session_messages``, so
    search finds it.
 
-Only the messages after T are stored. Their digests, and the chain hashes the
-lookup needs, come from a :class:`~proxy.store.prefix.PrefixCache` when the
-writer remembers the turn's leading messages, so a turn's cost follows its new
-messages rather than its whole history.
+Only the messages after T are stored, as is (``indexer`` packs and indexes them
+later, in batches). The new turn builds on the turn that *holds* T's leading
+messages (``_base``), so a regenerate of a regenerate points at the original and
+reading any turn never walks through earlier retries. Its digests, and the chain
+hashes the lookup needs, come from a :class:`~proxy.store.prefix.PrefixCache`
+when the writer remembers the turn's leading messages, and the answers to most
+queries (message ids, session heads, the best turn per chain hash) from its
+:class:`~proxy.store.known.Known`; so a turn costs a few inserts, following its
+new messages rather than its whole history or the number of earlier retries.
 """
 
 from __future__ import annotations

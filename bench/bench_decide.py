@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="gpt-4o")
     args = parser.parse_args(argv)
     r = asyncio.run(_run(args.tokens, args.rounds, args.model))
-    print(f"{r['messages']} messages, {r['prompt_tokens']:,} tokens → {r['forwarded_tokens']:,} sent")
+    print(
+        f"{r['messages']} messages, {r['prompt_tokens']:,} tokens → {r['forwarded_tokens']:,} sent"
+    )
     print(f"warm parse + count + decide + compress  {r['handoff_ms']:8.2f} ms")
     print(f"json.loads + json.dumps                 {r['json_roundtrip_ms']:8.2f} ms")
     verdict = "meets" if r["ratio"] <= r["target"] else "misses"

@@ -13,7 +13,10 @@ import, a prune). While that holds it can remember, instead of querying:
 
 Everything is a bounded LRU and exact: the writer calls :meth:`Known.clear`
 whenever the database may have changed under it (another connection committed,
-a rollback, retention deleted sessions). Only the writer thread touches it.
+a rollback, retention deleted sessions). ``seen``, a filter of every stored
+chain hash, outlives a clear: it only has to hold every stored hash, so it is
+reset only when another connection may have added turns. Only the writer
+thread touches it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from proxy.store.seen import SeenHashes
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -89,6 +94,7 @@ class Known:
         self.best: Lru[tuple[str, bytes], Match | str] = Lru(2 * max_turns)
         self.bases: Lru[int, tuple[int | None, int]] = Lru(max_turns)
         self.hints: Lru[tuple[str, str], str] = Lru(max_turns)
+        self.seen = SeenHashes()
         self.inserted = 0  # messages inserted since the writer last indexed
 
     def clear(self) -> None:
@@ -111,5 +117,7 @@ class Known:
         self.heads[m.session_id] = Head(m.turn_id, m.seq, m.model)
         self.bases[m.turn_id] = (m.base_turn, m.base_len)
         self.best[(workspace, h)] = m  # newest, and a head: it wins every tie
+        self.seen.add(h)
         if ext is not None and eh is not None:
             self.best[(workspace, eh)] = ext
+            self.seen.add(eh)

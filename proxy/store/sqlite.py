@@ -270,6 +270,7 @@ class SqliteStore:
         try:
             if db is None:
                 known.clear()
+                known.seen.reset()
                 db = connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
                 self._data_version = None
             while True:
@@ -334,6 +335,7 @@ class SqliteStore:
             version = db.execute("PRAGMA data_version").fetchone()[0]
             if version != self._data_version:
                 known.clear()  # another connection committed: forget what we knew
+                known.seen.reset()
                 self._data_version = version
             for i, job in enumerate(batch):
                 if i:

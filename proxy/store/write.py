@@ -144,8 +144,11 @@ def find_match(
 
     Ties go to a conversation's latest turn, then to the newest. The candidate
     lengths are looked up longest first, a few at a time (a continuation is found
-    in the first lookup); what ``known`` remembers is not asked of the database.
+    in the first lookup); what ``known`` remembers, or its filter rules out, is
+    not asked of the database.
     """
+    if known is not None:
+        known.seen.load(db)
     end, size = len(hashes), 4
     while end > 0:
         start = max(0, end - size)
@@ -155,6 +158,8 @@ def find_match(
             m = known.lookup(workspace, hashes[n - 1]) if known is not None else None
             if m == NONE:
                 continue
+            if m is None and known is not None and not known.seen.may_have(hashes[n - 1]):
+                continue  # no stored turn has this history
             if isinstance(m, Match) and session_id in (None, m.session_id):
                 hit = m
                 break

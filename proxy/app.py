@@ -1,6 +1,7 @@
 """The aiohttp application: built by :func:`create_app` from validated settings.
 
-Request path: ``request_log`` → ``access`` (only with an access key) → ``errors``, then the route.
+Request path: ``request_log`` (which also answers errors) → ``access`` (only with an access
+key), then the route.
 State lives under the typed :data:`~proxy.services.SERVICES` key; upstream sessions
 and the store are opened and closed in ``cleanup_ctx`` generators (no globals).
 """
@@ -42,39 +43,38 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = structlog.get_logger("handoff")
 
 
-@web.middleware
-async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+def error_response(exc: Exception) -> web.Response | None:
     """Our own errors → OpenAI-shaped bodies. Anything unexpected is logged with its
-    traceback and answered 500 in the same shape; the server keeps running."""
-    try:
-        return await handler(request)
-    except HandoffError as e:
-        structlog.contextvars.bind_contextvars(error=e.code or e.type)
-        return web.json_response(e.body(), status=e.status)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
+    traceback and answered 500 in the same shape; the server keeps running. None:
+    not ours to answer (a redirect, a client hang-up), so the caller re-raises."""
+    if isinstance(exc, HandoffError):
+        structlog.contextvars.bind_contextvars(error=exc.code or exc.type)
+        return web.json_response(exc.body(), status=exc.status)
+    if isinstance(exc, web.HTTPException):
+        if exc.status < 400:
+            return None
         return web.json_response(
-            error_body(e.reason, "invalid_request_error", None, None), status=e.status
+            error_body(exc.reason, "invalid_request_error", None, None), status=exc.status
         )
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        raise
-    except Exception:
-        log.exception("internal_error")
-        return web.json_response(
-            error_body("handoff hit an internal error; see its log.", "server_error"), status=500
-        )
+    if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)):
+        return None
+    log.exception("internal_error", exc_info=exc)
+    return web.json_response(
+        error_body("handoff hit an internal error; see its log.", "server_error"), status=500
+    )
 
 
 def request_logger() -> Middleware:
-    """One canonical log event per request, with fields bound along the way. Request
-    ids are a random per-app prefix and a counter: unique, and cheaper than uuid4."""
+    """One canonical log event per request, with fields bound along the way, and
+    errors answered (one middleware, not two: each is a frame every await of the
+    handler resumes through). Request ids are a random per-app prefix and a counter:
+    unique, and cheaper than uuid4. No clear_contextvars: aiohttp runs each request
+    in its own task, so bindings never outlive the request (aiohttp #3406)."""
     prefix = os.urandom(4).hex()
     ids = (f"{prefix}{n:08x}" for n in itertools.count())
 
     @web.middleware
     async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
-        structlog.contextvars.clear_contextvars()
         request_id = request.headers.get("x-request-id") or next(ids)
         structlog.contextvars.bind_contextvars(
             request_id=request_id, method=request.method, path=request.path
@@ -82,7 +82,13 @@ def request_logger() -> Middleware:
         t0 = time.perf_counter()
         status = 499
         try:
-            resp = await handler(request)
+            try:
+                resp = await handler(request)
+            except Exception as e:
+                answer = error_response(e)
+                if answer is None:
+                    raise
+                resp = answer
             status = resp.status
             return resp
         finally:
@@ -149,9 +155,9 @@ def create_app(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )
     app = web.Application(
-        middlewares=[request_logger(), access_guard(settings.server.access_key), errors]
+        middlewares=[request_logger(), access_guard(settings.server.access_key)]
         if settings.server.access_key
-        else [request_logger(), errors],
+        else [request_logger()],
         client_max_size=settings.server.max_body_bytes,
     )
     app[SERVICES] = Services(

@@ -116,25 +116,26 @@ async def _exchange(
     headers = up.request_headers(request.headers)
     path_qs = "/chat/completions" + (f"?{request.query_string}" if request.query_string else "")
     while True:
-        async with send(up, "POST", path_qs, headers, plan.body, svc.timeout) as resp:
+        resp = await send(up, "POST", path_qs, headers, plan.body, svc.timeout)
+        try:
             turn.status = resp.status
             if is_sse(resp):
                 turn.streamed = True
                 return await _relay_sse(request, svc, up, resp, plan, turn)
             body = await read_body(up, resp)
-            limit = context_limit(resp.status, body)
-            if limit is not None and not turn.retried and up.compress:
-                turn.retried = True
-                log.warning("upstream_context_overflow", limit=limit, retrying=True)
-                plan = await svc.planner.plan(
-                    req, up, hard_limit=limit, client_headers=request.headers
-                )
-                continue
-            _fill_from_json(turn, resp.status, body)
-            turn.bytes_out = len(body)
-            return web.Response(
-                status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)
-            )
+        finally:
+            resp.close()  # drops an unfinished stream's connection: the upstream stops
+        limit = context_limit(resp.status, body)
+        if limit is not None and not turn.retried and up.compress:
+            turn.retried = True
+            log.warning("upstream_context_overflow", limit=limit, retrying=True)
+            plan = await svc.planner.plan(req, up, hard_limit=limit, client_headers=request.headers)
+            continue
+        _fill_from_json(turn, resp.status, body)
+        turn.bytes_out = len(body)
+        return web.Response(
+            status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)
+        )
 
 
 async def _relay_sse(

@@ -27,12 +27,15 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     tail = request.match_info["tail"]
     path_qs = "/" + tail + (f"?{request.query_string}" if request.query_string else "")
     headers = up.request_headers(request.headers)
-    async with send(up, request.method, path_qs, headers, body, svc.timeout) as resp:
+    resp = await send(up, request.method, path_qs, headers, body, svc.timeout)
+    try:
         structlog.contextvars.bind_contextvars(upstream_status=resp.status)
         if is_sse(resp):
             return await relay_stream(request, up, resp, {}, lambda _: None, StreamOutcome())
         data = await read_body(up, resp)
-        return web.Response(status=resp.status, body=data, headers=response_headers(resp, {}))
+    finally:
+        resp.close()  # drops an unfinished stream's connection: the upstream stops
+    return web.Response(status=resp.status, body=data, headers=response_headers(resp, {}))
 
 
 def _model_of(body: bytes) -> str | None:

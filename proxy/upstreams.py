@@ -39,6 +39,10 @@ _DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
 _HANDOFF_PREFIX = "x-handoff-"
 
 
+def _forwardable(lower_name: str) -> bool:
+    return lower_name not in _DROP_REQUEST and not lower_name.startswith(_HANDOFF_PREFIX)
+
+
 @dataclass(slots=True)
 class Upstream:
     name: str
@@ -72,12 +76,7 @@ class Upstream:
     ) -> CIMultiDict[str]:
         """Client headers minus hop-by-hop and handoff's own, plus this upstream's
         extras; ``api_key`` (from ``api_key_env``) replaces the client's key."""
-        out: CIMultiDict[str] = CIMultiDict()
-        for k, v in incoming.items():
-            lk = k.lower()
-            if lk in _DROP_REQUEST or lk.startswith(_HANDOFF_PREFIX):
-                continue
-            out.add(k, v)
+        out = CIMultiDict([(k, v) for k, v in incoming.items() if _forwardable(k.lower())])
         for k, v in self.headers.items():
             out[k] = v
         if self.api_key is not None:

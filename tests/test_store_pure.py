@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from proxy.store import forwarded as fwd
 from proxy.store.canonical import canonical, chain
 from proxy.store.redact import MASK, redact_json, redact_text
+from proxy.store.write import squeeze
 
 SECRETS = [
     "sk-" + "A1b2C3d4" * 3,
@@ -85,3 +86,15 @@ def test_canonical_ignores_key_order_and_chain_addresses_prefixes() -> None:
     assert canonical({"a": 1, "b": 2}) == canonical({"b": 2, "a": 1})
     c = chain([b"x" * 32, b"y" * 32])
     assert chain([b"x" * 32]) == c[:1] and c[0] != c[1]
+
+
+@given(
+    st.lists(st.text(alphabet="ab \n\t\u00a0\u2003", max_size=30), max_size=40).map("".join),
+    st.integers(1, 40),
+)
+@example("a" * 400 + " b", 80)
+@example("ab " * 200, 80)
+@example(" " * 500 + "a", 3)
+def test_squeeze_reads_a_prefix_but_equals_squeezing_everything(text: str, width: int) -> None:
+    """A title squeezed from the head of a long text is the whole text squeezed, cut."""
+    assert squeeze(text, width) == " ".join(text.split())[:width]

@@ -171,10 +171,22 @@ def find_match(
     return None
 
 
+def squeeze(text: str, width: int = 80) -> str:
+    """``" ".join(text.split())[:width]``, reading only as much of ``text`` as it needs.
+
+    Squeezing a prefix of ``text`` gives a prefix of squeezing all of it (a word cut
+    short is a prefix of the word), so a long enough one is the answer.
+    """
+    head = " ".join(text[: 4 * width].split())
+    if len(head) >= width:
+        return head[:width]
+    return " ".join(text.split())[:width]
+
+
 def _title(messages: Sequence[Mapping[str, Any]], clean: Clean) -> str:
     for m in messages:
         if m.get("role") == "user":
-            return " ".join(message_text(clean(m)).split())[:80]
+            return squeeze(message_text(clean(m)))
     return ""
 
 
@@ -314,7 +326,7 @@ def _forwarded(
         body = bodies.get(f) or canonical(clean(sent[f]))
         return put_message(db, body, digests[f], known)
 
-    ops = fwd.map_inserts(fwd.encode(hashed.digests, digests), put)
+    ops = fwd.map_inserts(fwd.encode(hashed.digests[: len(turn.messages)], digests), put)
     return orjson.dumps(ops).decode()
 
 
@@ -373,10 +385,10 @@ def write_turn(
     history_hash = hashes[-1] if hashes else EMPTY_HISTORY
     reply_id = ext_hash = None
     if turn.reply is not None:
-        rbody = canonical(clean(turn.reply))
-        rdigest = digest(rbody)
-        reply_id = put_message(db, rbody, rdigest, known)
-        ext_hash = extend_chain(history_hash, rdigest)
+        n = len(messages)
+        hashed.append(turn.reply, clean)  # so ``cache.remember`` does not hash it again
+        reply_id = put_message(db, hashed.bodies[n], hashed.digests[n], known)
+        ext_hash = extend_chain(history_hash, hashed.digests[n]) if n == 0 else hashed.hashes[n]
     forwarded = _forwarded(db, turn, hashed, clean, known)
     params_id = None
     if turn.request_params:

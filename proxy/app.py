@@ -15,6 +15,7 @@ import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import structlog
@@ -28,6 +29,7 @@ from proxy.config import Settings
 from proxy.engine import Engine
 from proxy.errors import HandoffError, Unauthorized, error_body
 from proxy.inspect_api import create_inspect_app
+from proxy.log import REQUEST_FIELDS
 from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
 from proxy.services import SERVICES, Planner, Services
@@ -43,12 +45,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = structlog.get_logger("handoff")
 
 
-def error_response(exc: Exception) -> web.Response | None:
+def error_response(exc: Exception, fields: dict[str, Any]) -> web.Response | None:
     """Our own errors → OpenAI-shaped bodies. Anything unexpected is logged with its
     traceback and answered 500 in the same shape; the server keeps running. None:
     not ours to answer (a redirect, a client hang-up), so the caller re-raises."""
     if isinstance(exc, HandoffError):
-        structlog.contextvars.bind_contextvars(error=exc.code or exc.type)
+        fields["error"] = exc.code or exc.type
         return web.json_response(exc.body(), status=exc.status)
     if isinstance(exc, web.HTTPException):
         if exc.status < 400:
@@ -58,14 +60,14 @@ def error_response(exc: Exception) -> web.Response | None:
         )
     if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)):
         return None
-    log.exception("internal_error", exc_info=exc)
+    log.exception("internal_error", exc_info=exc, **fields)
     return web.json_response(
         error_body("handoff hit an internal error; see its log.", "server_error"), status=500
     )
 
 
 def request_logger() -> Middleware:
-    """One canonical log event per request, with fields bound along the way, and
+    """One canonical log event per request, with fields added along the way, and
     errors answered (one middleware, not two: each is a frame every await of the
     handler resumes through). Request ids are a random per-app prefix and a counter:
     unique, and cheaper than uuid4. No clear_contextvars: aiohttp runs each request
@@ -76,16 +78,16 @@ def request_logger() -> Middleware:
     @web.middleware
     async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
         request_id = request.headers.get("x-request-id") or next(ids)
-        structlog.contextvars.bind_contextvars(
-            request_id=request_id, method=request.method, path=request.path
-        )
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        fields: dict[str, Any] = {"method": request.method, "path": request.path}
+        request[REQUEST_FIELDS] = fields
         t0 = time.perf_counter()
         status = 499
         try:
             try:
                 resp = await handler(request)
             except Exception as e:
-                answer = error_response(e)
+                answer = error_response(e, fields)
                 if answer is None:
                     raise
                 resp = answer
@@ -93,7 +95,7 @@ def request_logger() -> Middleware:
             return resp
         finally:
             latency_ms = round((time.perf_counter() - t0) * 1000, 2)
-            log.info("request", status=status, latency_ms=latency_ms)
+            log.info("request", **fields, status=status, latency_ms=latency_ms)
 
     return request_log
 

@@ -21,6 +21,7 @@ from proxy.chat_request import ChatRequest
 from proxy.errors import BodyTooLarge, HandoffError, StoreUnavailable
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
 from proxy.identity import session_hint, workspace_for
+from proxy.log import request_fields
 from proxy.overflow import context_limit
 from proxy.parse import parse_chat
 from proxy.services import SERVICES, Plan, Services
@@ -74,7 +75,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
     req = parse_chat(raw)
     up = svc.router.route(req.model)
-    structlog.contextvars.bind_contextvars(model=req.model, upstream=up.name, stream=req.stream)
+    fields = request_fields(request)
+    fields.update(model=req.model, upstream=up.name, stream=req.stream)
     if svc.store is not None and svc.settings.store.required and not svc.store.health().ok:
         raise StoreUnavailable(
             "The snapshot store cannot write and store.required is set, so handoff refuses "
@@ -93,7 +95,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         latency_ms = (time.perf_counter() - t0) * 1000
-        structlog.contextvars.bind_contextvars(
+        fields.update(
             upstream_status=turn.status,
             cancelled=turn.cancelled,
             decision=plan.decision.action if plan.decision else None,
@@ -128,7 +130,13 @@ async def _exchange(
         limit = context_limit(resp.status, body)
         if limit is not None and not turn.retried and up.compress:
             turn.retried = True
-            log.warning("upstream_context_overflow", limit=limit, retrying=True)
+            log.warning(
+                "upstream_context_overflow",
+                limit=limit,
+                retrying=True,
+                model=req.model,
+                upstream=up.name,
+            )
             plan = await svc.planner.plan(req, up, hard_limit=limit, client_headers=request.headers)
             continue
         _fill_from_json(turn, resp.status, body)

@@ -7,11 +7,11 @@ The upstream is chosen by the body's ``model`` when it is JSON and names one
 from __future__ import annotations
 
 import orjson
-import structlog
 from aiohttp import web
 
 from proxy.chat import read_limited
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
+from proxy.log import request_fields
 from proxy.services import SERVICES
 
 
@@ -23,13 +23,14 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         else None
     )
     up = svc.router.route(_model_of(body)) if body else svc.router.default()
-    structlog.contextvars.bind_contextvars(upstream=up.name)
+    fields = request_fields(request)
+    fields["upstream"] = up.name
     tail = request.match_info["tail"]
     path_qs = "/" + tail + (f"?{request.query_string}" if request.query_string else "")
     headers = up.request_headers(request.headers)
     resp = await send(up, request.method, path_qs, headers, body, svc.timeout)
     try:
-        structlog.contextvars.bind_contextvars(upstream_status=resp.status)
+        fields["upstream_status"] = resp.status
         if is_sse(resp):
             return await relay_stream(request, up, resp, {}, lambda _: None, StreamOutcome())
         data = await read_body(up, resp)

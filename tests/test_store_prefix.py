@@ -190,6 +190,19 @@ def test_continuation_hits_and_serialises_only_new_messages() -> None:
     assert again.reused == 3 and sorted(again.bodies) == [3]
 
 
+def test_regenerates_with_the_same_reply_share_one_entry() -> None:
+    """Remembering the same history and reply again keeps one entry, which still hits."""
+    cache = PrefixCache()
+    for key in ("s1", "s2", "s3"):
+        msgs = copy.deepcopy([SYS, U1])
+        cache.remember(key, "w", msgs, cache.hash("w", msgs, _same), A1, _same)
+    assert len(cache) == 1
+    cache.remember("s4", "w", [SYS, U1], cache.hash("w", [SYS, U1], _same), U2, _same)
+    assert len(cache) == 2  # another reply is new
+    again = cache.hash("w", [SYS, U1, A1, U2], _same)
+    assert again.reused == 3
+
+
 def test_other_workspace_and_edited_prefix_miss() -> None:
     """Another workspace, or an edited earlier message, is a miss (hashed in full)."""
     cache = PrefixCache()

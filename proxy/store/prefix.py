@@ -166,6 +166,10 @@ class PrefixCache:
         """
         full = [*messages, reply] if reply is not None else list(messages)
         ext = hash_all(full, clean, hashed)
+        same = self._holding(workspace, full, len(messages), ext)
+        if same is not None:  # a regenerate that got the same reply: nothing new to remember
+            self._entries.move_to_end(same)
+            return ext
         self._forget(key)
         size = ext.sizes[-1]
         if size <= self.max_bytes:
@@ -180,6 +184,21 @@ class PrefixCache:
         ):
             self._forget(next(iter(self._entries)))
         return ext
+
+    def _holding(self, workspace: str, full: list[Any], n_history: int, ext: Hashed) -> str | None:
+        """The key of an entry that already holds exactly ``full`` (``n_history`` of it history)."""
+        if not full or ext.raw:
+            return None
+        key = self._index.get((workspace, len(full), _shallow(full[-1])))
+        entry = self._entries.get(key) if key is not None else None
+        if (
+            entry is None
+            or entry.n_history != n_history
+            or entry.hashed.raw
+            or entry.messages != full
+        ):
+            return None
+        return key
 
     def _forget(self, key: str) -> None:
         old = self._entries.pop(key, None)

@@ -38,6 +38,8 @@ def request_fields(request: web.Request) -> dict[str, Any]:
     return fields if fields is not None else {}
 
 
+_SHORTEST_SECRET = 11  # "sk-" and 8 more: nothing shorter can match _SECRET_VALUES
+
 # Fields whose names look secret but hold counts, not credentials.
 _SAFE_KEYS = frozenset({"tokens", "forwarded_tokens", "max_tokens", "event"})
 
@@ -53,7 +55,7 @@ def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMa
             continue
         if _secret_key(key):
             event[key] = "[redacted]"
-        elif _SECRET_VALUES.search(value) is not None:
+        elif len(value) >= _SHORTEST_SECRET and _SECRET_VALUES.search(value) is not None:
             event[key] = _SECRET_VALUES.sub("[redacted]", value)
     return event
 

@@ -64,7 +64,7 @@ class Upstream:
         A ``.`` or ``..`` segment (e.g. from a client's ``..%2F``) would let the request
         leave ``base_url``'s path once the URL is normalised, so it is refused."""
         path = path_qs.split("?", 1)[0]
-        if any(seg in (".", "..") for seg in path.split("/")):
+        if "." in path and any(seg in (".", "..") for seg in path.split("/")):
             raise InvalidRequest(
                 "The request path may not contain '.' or '..' segments: handoff only "
                 f"forwards below the upstream's base URL ({self.name!r})."

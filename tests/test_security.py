@@ -411,3 +411,44 @@ async def test_message_content_is_logged_only_on_request(
         await client.close()
         err = capsys.readouterr().err
         assert ("a secret recipe" in err) is log_content
+
+
+async def test_one_canonical_request_event_with_its_fields(
+    fake_upstream: Any, make_proxy: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each chat request logs exactly one 'request' event carrying the documented fields."""
+    import openai
+
+    from proxy.log import configure_logging
+
+    configure_logging("json")
+    try:
+        proxy = await make_proxy(fake_upstream.url)
+        capsys.readouterr()
+        client = openai.AsyncOpenAI(base_url=proxy.url, api_key="k", max_retries=0)
+        msgs = [{"role": "user", "content": "hi"}]
+        await client.chat.completions.create(model="gpt-4o", messages=msgs, stream=True)  # type: ignore[arg-type]
+        await client.close()
+        lines = [
+            json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")
+        ]
+    finally:
+        configure_logging("console")
+    (event,) = [e for e in lines if e.get("event") == "request"]
+    for field in (
+        "request_id",
+        "method",
+        "path",
+        "model",
+        "upstream",
+        "stream",
+        "status",
+        "upstream_status",
+        "latency_ms",
+        "bytes_out",
+        "decision",
+        "cancelled",
+    ):
+        assert field in event, field
+    assert event["model"] == "gpt-4o" and event["status"] == 200 and event["stream"] is True
+    assert event["bytes_out"] > 0 and event["decision"] == "passthrough"

@@ -128,6 +128,13 @@ def _n(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def _tokens(t: Mapping[str, Any]) -> str:
+    """handoff's count, else the upstream's (the byte bound settled it uncounted)."""
+    if t["tokens"] is not None:
+        return str(t["tokens"])
+    return f"{t['prompt_tokens']} (upstream)" if t.get("prompt_tokens") is not None else ""
+
+
 def _show(args: argparse.Namespace, path: Path) -> int:
     reader = SqliteReader(path)
     if args.turn is not None:
@@ -161,7 +168,7 @@ def _show(args: argparse.Namespace, path: Path) -> int:
             _when(t["started_at"]),
             t["model"],
             _n(t["action"]),
-            _n(t["tokens"]),
+            _tokens(t),
             _n(t["forwarded_tokens"]),
             _n(t["window"]),
             str(t["dropped"]),

@@ -133,12 +133,17 @@ async def test_cli_lists_what_the_proxy_recorded(
     proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-x", max_retries=0)
     msgs = [{"role": "user", "content": "a very particular zebra"}]
-    await client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
+    reply = await client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
     await client.close()
     await _until(lambda: len(_sessions(db)) == 1)
     assert cli_main(["sessions", "list", "--store", str(db), "--json", "--search", "zebra"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert len(listed) == 1 and listed[0]["models"] == ["gpt-4o"]
+    # A short request is settled by the byte bound, uncounted: the upstream's figure shows.
+    assert reply.usage is not None
+    assert listed[0]["tokens"] == reply.usage.prompt_tokens
+    assert cli_main(["sessions", "show", listed[0]["id"], "--store", str(db)]) == 0
+    assert f"{reply.usage.prompt_tokens} (upstream)" in capsys.readouterr().out
 
 
 async def test_broken_store_keeps_serving_and_says_so(

@@ -31,7 +31,10 @@ _SESSION_COLS = """s.id, s.workspace, s.hint, s.title, s.created_at, s.updated_a
     (SELECT GROUP_CONCAT(model, ',')
      FROM (SELECT DISTINCT model FROM turns WHERE session_id = s.id)),
     (SELECT COUNT(*) FROM turns WHERE session_id = s.id AND handoff_from IS NOT NULL),
-    (SELECT json_extract(decision, '$.tokens') FROM turns WHERE id = s.head_turn)"""
+    (SELECT COALESCE(json_extract(decision, '$.tokens'), json_extract(usage, '$.prompt_tokens'))
+     FROM turns WHERE id = s.head_turn)"""
+# The latest history's tokens: handoff's count, or (when the byte bound settled the
+# decision uncounted, so the history went upstream unchanged) the upstream's own.
 
 
 def _session_row(r: tuple[Any, ...]) -> dict[str, Any]:
@@ -317,7 +320,8 @@ def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
         "decision": d or None,
         "dropped": sum(e["op"] == "drop" for e in entries),
         "inserted": sum(e["op"] == "insert" for e in entries),
-        "usage": _loads(usage),
+        "usage": (u := _loads(usage)),
+        "prompt_tokens": u.get("prompt_tokens") if isinstance(u, dict) else None,
         "finish_reason": finish,
         "error": _loads(error),
         "handoff": {"from": handoff_from, "to": model} if handoff_from else None,

@@ -18,8 +18,8 @@ import sqlite3
 import orjson
 
 from proxy.store.canonical import pack_body, unpack_body
+from proxy.store.messages import message_text
 from proxy.store.migrations import has_fts
-from proxy.store.write import message_text
 
 
 def indexed_upto(db: sqlite3.Connection) -> int:

@@ -7,7 +7,7 @@ import, a prune). While that holds it can remember, instead of querying:
 * message ids by digest (a resent or repeated message needs no lookup);
 * each session's head turn, seq and model;
 * for a chain hash, the *best* stored turn with that history or history +
-  reply (the one :func:`proxy.store.write.find_match` would pick), or that there
+  reply (the one :func:`proxy.store.placement.find_match` would pick), or that there
   is none. A remembered best that was its session's head is trusted only while
   ``heads`` still says so; writing a turn with that hash replaces it.
 

@@ -22,8 +22,8 @@ from proxy.store.canonical import unpack_body
 from proxy.store.db import connect
 from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
 from proxy.store.history import Memo, history_ids, load_messages
+from proxy.store.messages import message_text
 from proxy.store.migrations import has_fts
-from proxy.store.write import message_text
 
 _SESSION_COLS = """s.id, s.workspace, s.hint, s.title, s.created_at, s.updated_at,
     s.parent_session, s.parent_turn,

@@ -17,8 +17,8 @@ import orjson
 from proxy.store.canonical import unpack_body
 from proxy.store.history import history_ids, pack_ids, unpack_ids
 from proxy.store.indexer import indexed_upto
+from proxy.store.messages import message_text
 from proxy.store.migrations import has_fts
-from proxy.store.write import message_text
 
 
 def delete_sessions(db: sqlite3.Connection, session_ids: Sequence[str]) -> int:

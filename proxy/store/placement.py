@@ -1,0 +1,204 @@
+"""Threading a turn: which conversation it continues or forks, and what it builds on.
+
+Threading rules, in order:
+
+1. ``session_hint`` names the conversation (per workspace); it wins.
+2. Otherwise find the stored turn T, in this workspace, whose history or history
+   + reply is the *longest* prefix of the new messages (one chain-hash lookup per
+   candidate length, longest first).
+3. If T is its conversation's latest turn, the request continues it. Only
+   re-sending exactly T's history after T got a reply (a regenerate) forks.
+4. If T is an older turn (the client edited or regenerated an earlier message),
+   the request forks: a new session with ``parent_session``/``parent_turn``. Forks
+   are separate sessions so every session is a straight line of turns.
+
+The new turn builds on the turn that *holds* T's leading messages
+(:func:`base_turn`), so a regenerate of a regenerate points at the original and
+reading any turn never walks through earlier retries. Most answers (session
+heads, hints, the best turn per chain hash, bases) come from the writer's
+:class:`~proxy.store.known.Known` instead of the database.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.store.base import TurnRecord
+from proxy.store.known import NONE, Head, Known, Match
+
+_BEST_SQL = """WITH c(h, n) AS (VALUES {values})
+    SELECT t.id, t.session_id, c.n, s.head_turn = t.id, t.via_history,
+        t.reply_msg IS NOT NULL, t.model, t.seq, t.base_turn, t.base_len
+    FROM (SELECT id, session_id, reply_msg, model, seq, base_turn, base_len,
+                 history_hash AS h, 1 AS via_history
+          FROM turns WHERE workspace = ? AND history_hash IN (SELECT h FROM c) {where}
+          UNION ALL
+          SELECT id, session_id, reply_msg, model, seq, base_turn, base_len,
+                 ext_hash AS h, 0 AS via_history
+          FROM turns WHERE workspace = ? AND ext_hash IN (SELECT h FROM c) {where}) t
+    JOIN c ON c.h = t.h
+    JOIN sessions s ON s.id = t.session_id
+    ORDER BY c.n DESC, s.head_turn = t.id DESC, t.id DESC LIMIT 1"""
+
+
+def _best(
+    db: sqlite3.Connection,
+    workspace: str,
+    hashes: Sequence[bytes],
+    lengths: Sequence[int],
+    session_id: str | None,
+    known: Known | None,
+) -> Match | None:
+    """The best stored turn matching one of ``lengths`` leading messages (longest first)."""
+    where = "AND session_id = ?" if session_id else ""
+    extra: tuple[str, ...] = (session_id,) if session_id else ()
+    values: list[Any] = []
+    for n in lengths:
+        values += (hashes[n - 1], n)
+    sql = _BEST_SQL.format(values=",".join(["(?, ?)"] * len(lengths)), where=where)
+    row = db.execute(sql, (*values, workspace, *extra, workspace, *extra)).fetchone()
+    m = None if row is None else Match(*row[:3], *map(bool, row[3:6]), *row[6:])
+    if known is not None and session_id is None:  # a global answer: remember it
+        for n in lengths:
+            if m is not None and n <= m.length:
+                break
+            known.best[(workspace, hashes[n - 1])] = NONE
+        if m is not None:
+            known.best[(workspace, hashes[m.length - 1])] = m
+            if m.is_head:
+                known.heads[m.session_id] = Head(m.turn_id, m.seq, m.model)
+    return m
+
+
+def find_match(
+    db: sqlite3.Connection,
+    workspace: str,
+    hashes: Sequence[bytes],
+    session_id: str | None = None,
+    known: Known | None = None,
+) -> Match | None:
+    """The stored turn whose history (or history + reply) is the longest prefix of ``hashes``.
+
+    Ties go to a conversation's latest turn, then to the newest. The candidate
+    lengths are looked up longest first, a few at a time (a continuation is found
+    in the first lookup); what ``known`` remembers, or its filter rules out, is
+    not asked of the database.
+    """
+    if known is not None:
+        known.seen.load(db)
+    end, size = len(hashes), 4
+    while end > 0:
+        start = max(0, end - size)
+        hit: Match | None = None
+        ask: list[int] = []
+        for n in range(end, start, -1):
+            m = known.lookup(workspace, hashes[n - 1]) if known is not None else None
+            if m == NONE:
+                continue
+            if m is None and known is not None and not known.seen.may_have(hashes[n - 1]):
+                continue  # no stored turn has this history
+            if isinstance(m, Match) and session_id in (None, m.session_id):
+                hit = m
+                break
+            ask.append(n)
+        found = _best(db, workspace, hashes, ask, session_id, known) if ask else None
+        if found is not None or hit is not None:
+            return found or hit  # every length asked is longer than the hit
+        end, size = start, min(size * 8, 400)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a turn goes: its session, seq, the turn it builds on, the previous model."""
+
+    session_id: str
+    seq: int
+    match: Match | None
+    prev_model: str | None
+    new_session: bool = False
+    hint: str | None = None
+
+    @property
+    def base_len(self) -> int:
+        """How many leading messages the turn shares with the one it builds on."""
+        return self.match.length if self.match else 0
+
+
+def _head(db: sqlite3.Connection, sid: str, known: Known | None) -> tuple[int, str | None]:
+    """(seq of ``sid``'s head turn or 0, its model)."""
+    head = known.heads.get(sid) if known is not None else None
+    if head is not None:
+        return head.seq, head.model
+    row = db.execute(
+        "SELECT t.id, t.seq, t.model FROM sessions s JOIN turns t ON t.id = s.head_turn"
+        " WHERE s.id = ?",
+        (sid,),
+    ).fetchone()
+    if row is None:
+        return 0, None
+    if known is not None:
+        known.heads[sid] = Head(row[0], row[1], row[2])
+    return int(row[1]), str(row[2])
+
+
+def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known | None) -> str | None:
+    sid = known.hints.get((workspace, hint)) if known is not None else None
+    if sid is None:
+        row = db.execute(
+            "SELECT id FROM sessions WHERE workspace = ? AND hint = ?", (workspace, hint)
+        ).fetchone()
+        sid = None if row is None else str(row[0])
+        if sid is not None and known is not None:
+            known.hints[(workspace, hint)] = sid
+    return sid
+
+
+def place_turn(
+    db: sqlite3.Connection,
+    turn: TurnRecord,
+    hashes: Sequence[bytes],
+    into: str | None,
+    known: Known | None,
+) -> Place:
+    """The threading rules (see the module docstring); ``into`` forces the session."""
+    sid = into
+    if sid is None and turn.session_hint:
+        sid = _hinted(db, turn.workspace, turn.session_hint, known)
+        if sid is None:
+            return Place(secrets.token_hex(8), 1, None, None, True, turn.session_hint)
+    if sid is not None:  # an import, or a session the client named
+        seq, model = _head(db, sid, known)
+        return Place(sid, seq + 1, find_match(db, turn.workspace, hashes, sid, known), model)
+    match = find_match(db, turn.workspace, hashes, known=known)
+    if match is None:
+        return Place(secrets.token_hex(8), 1, None, None, True)
+    regenerate = match.via_history and match.length == len(hashes) and match.has_reply
+    if match.is_head and not regenerate:
+        return Place(match.session_id, match.seq + 1, match, match.model)
+    return Place(secrets.token_hex(8), 1, match, match.model, True)
+
+
+def base_turn(db: sqlite3.Connection, m: Match, known: Known | None) -> int:
+    """The turn that holds ``m``'s first ``m.length`` messages itself, or builds on one that does.
+
+    A regenerate of a regenerate builds on the original turn, so reading any turn
+    walks at most one step per stored segment of its history, never every retry.
+    """
+    tid, base, base_len = m.turn_id, m.base_turn, m.base_len
+    while base is not None and m.length <= base_len:
+        tid = base
+        got = known.bases.get(tid) if known is not None else None
+        if got is None:
+            row = db.execute(
+                "SELECT base_turn, base_len FROM turns WHERE id = ?", (tid,)
+            ).fetchone()
+            got = (row[0], int(row[1]))
+            if known is not None:
+                known.bases[tid] = got
+        base, base_len = got
+    return tid

@@ -27,7 +27,6 @@ def build_engine(
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
     return Engine(
         settings,
-        router,
         registry,
         tokens or TokenCounter(settings.tokens.cache_size),
         Calibration(),

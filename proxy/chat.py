@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -67,7 +67,6 @@ class _Turn:
     bytes_out: int = 0
     raw: bytes | None = None
     retried: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

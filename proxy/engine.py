@@ -11,6 +11,7 @@ Only the real count matters: a switch to a smaller model migrates when it fits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from proxy.errors import ContextTooLarge
 from proxy.services import Plan
 from proxy.store.base import Decision
 from proxy.tokens import Calibration, ModelCounter, TokenCounter
-from proxy.upstreams import Router, Upstream
+from proxy.upstreams import Upstream
 from proxy.windows import ModelInfo, WindowRegistry
 
 log = structlog.get_logger("handoff.engine")
@@ -62,14 +63,12 @@ class Engine:
     def __init__(
         self,
         settings: Settings,
-        router: Router,
         registry: WindowRegistry,
         tokens: TokenCounter,
         calibration: Calibration,
         summarizers: SummarizerFactory | None = None,
     ) -> None:
         self.settings = settings
-        self.router = router
         self.registry = registry
         self.tokens = tokens
         self.calibration = calibration
@@ -160,33 +159,20 @@ class Engine:
             # ran low for it. Aim lower rather than resend the same body.
             hard_limit = 0
         if hard_limit:
-            info = ModelInfo(
-                info.name,
-                hard_limit,
-                info.max_output_tokens,
-                info.tokenizer,
-                info.source,
-                info.matched,
-            )
+            info = dataclasses.replace(info, context_window=hard_limit)
         budget = compute_budget(info, req.body, self.settings.tokens, counter.exact, margin)
         if hard_limit == 0:
             budget = _capped(budget, int(budget.budget * RETRY_SHRINK))
         return _Target(info, counter, budget)
 
     async def _counter(self, model: str, info: ModelInfo) -> ModelCounter:
-        key = (model, self._tokenizer(model, info))
+        key = (model, info.tokenizer)  # the registry already merged any config override
         counter = self._counters.get(key)
         if counter is None:
             # The first use of an encoding reads and parses its BPE file: off the loop.
             counter = await asyncio.to_thread(self.tokens.for_model, model, key[1])
             self._counters[key] = counter
         return counter
-
-    def _tokenizer(self, model: str, info: ModelInfo | None) -> str | None:
-        override = self.registry.override_for(model)
-        if override is not None and override.tokenizer:
-            return override.tokenizer
-        return info.tokenizer if info is not None else None
 
     def _corrected(self, model: str, counter: ModelCounter, counted: int) -> int:
         if counter.exact:

@@ -114,7 +114,7 @@ async def relay_stream(
     outcome: StreamOutcome,
 ) -> web.StreamResponse:
     """Relay an SSE body chunk by chunk. A client that goes away cancels this task
-    (handler cancellation), which closes the upstream response in :func:`send`."""
+    (handler cancellation); the caller then closes the upstream response."""
     out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
     out.headers["X-Accel-Buffering"] = "no"
     out.headers.setdefault("Cache-Control", "no-cache")

@@ -179,3 +179,25 @@ def check_invariants(original: Sequence[Message], output: Sequence[Message], bud
     idx = origins(original, output)
     tail = tail_start(original)
     assert [i for i in idx if i >= tail] == list(range(tail, len(original))), "tail not kept"
+
+
+def tool_definitions(
+    texts: st.SearchStrategy[str], properties: st.SearchStrategy[dict[str, Any]], max_size: int
+) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """``tools`` arrays of functions named and described by ``texts``."""
+    return st.lists(
+        st.builds(
+            lambda name, desc, props: {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": desc,
+                    "parameters": {"type": "object", "properties": props},
+                },
+            },
+            texts,
+            texts,
+            properties,
+        ),
+        max_size=max_size,
+    )

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from proxy.engine import raw_bound
 from proxy.parse import parse_chat
 from proxy.tokens import TokenCounter
+from tests.strategies import tool_definitions
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
     ["", "<|endoftext|>", "🙂🙂", "日本語", " \n "]
@@ -47,22 +48,7 @@ properties = st.dictionaries(
     ),
     max_size=4,
 )
-tools = st.lists(
-    st.builds(
-        lambda name, desc, props: {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": desc,
-                "parameters": {"type": "object", "properties": props},
-            },
-        },
-        texts,
-        texts,
-        properties,
-    ),
-    max_size=3,
-)
+tools = tool_definitions(texts, properties, max_size=3)
 formats = st.none() | st.builds(
     lambda props: {
         "type": "json_schema",

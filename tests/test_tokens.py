@@ -20,6 +20,7 @@ from proxy.tokens.images import (
     image_size,
     image_tokens,
 )
+from tests.strategies import tool_definitions
 
 COOKBOOK_MESSAGES = [
     {
@@ -358,26 +359,15 @@ messages = st.lists(
     ),
     max_size=8,
 )
-tools = st.lists(
-    st.builds(
-        lambda name, desc, props: {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": desc,
-                "parameters": {"type": "object", "properties": props},
-            },
-        },
+tools = tool_definitions(
+    texts,
+    st.dictionaries(
         texts,
-        texts,
-        st.dictionaries(
-            texts,
-            st.fixed_dictionaries(
-                {"type": st.sampled_from(["string", "integer"]), "description": texts},
-                optional={"enum": st.lists(texts, max_size=3)},
-            ),
-            max_size=3,
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["string", "integer"]), "description": texts},
+            optional={"enum": st.lists(texts, max_size=3)},
         ),
+        max_size=3,
     ),
     max_size=2,
 )

@@ -35,6 +35,7 @@ from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
 from proxy.services import SERVICES, Planner, Services
 from proxy.store.base import Store
+from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
 from proxy.upstreams import Router, build_upstreams
@@ -184,7 +185,7 @@ def create_app(
     app.router.add_post("/chat/completions", chat_completions)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough)
     app.router.add_get("/metrics", metrics_endpoint)
-    if isinstance(store, SqliteStore):
+    if isinstance(store, SqliteStore | ProcessStore):
         reader = SqliteReader(store.path)
         app.add_subapp("/handoff/v1", create_inspect_app(reader, settings.server.access_key))
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 from policies.base import Message, Summarize
@@ -10,6 +11,7 @@ from proxy.config import Settings
 from proxy.engine import Engine, SummarizerFactory
 from proxy.metrics import Metrics
 from proxy.store.base import Store
+from proxy.store.process import ProcessStore
 from proxy.store.sqlite import SqliteStore
 from proxy.summarizer import Summarizer
 from proxy.tokens import Calibration, TokenCounter
@@ -74,6 +76,14 @@ def open_store(settings: Settings) -> Store | None:
     if not settings.store.enabled:
         return None
     s = settings.store
+    if s.writer == "process" or (s.writer == "auto" and len(os.sched_getaffinity(0)) > 1):
+        return ProcessStore(
+            settings.store_path(),
+            flush_interval_s=s.flush_interval_s,
+            redact=s.redact,
+            max_bytes=s.max_bytes,
+            log_format=settings.server.log_format,
+        )
     return SqliteStore(
         settings.store_path(),
         flush_interval_s=s.flush_interval_s,

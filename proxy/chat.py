@@ -221,5 +221,6 @@ def _record(
             cancelled=turn.cancelled,
             raw_response=turn.raw,
             request_params=params,
+            raw_request=req.raw,
         )
     )

@@ -133,6 +133,10 @@ class StoreSettings(_Section):
     session_from_body: bool = False
     """Also take a conversation id from metadata.session_id or user in the body."""
     flush_interval_s: float = Field(0.2, gt=0, le=1.0)
+    writer: Literal["auto", "process", "thread"] = "auto"
+    """Where the SQLite writer runs: a child process (off the proxy's GIL: snapshots then
+    cost the event loop almost nothing), a thread, or auto: a process when this process
+    may use more than one CPU."""
 
 
 class Settings(BaseSettings):

@@ -84,7 +84,8 @@ def chat(stream: bool = False) -> dict[str, Any]:
 async def store_proxy(
     make_proxy: MakeProxy, fake: FakeUpstream, db: Path, **config: Any
 ) -> ProxyHandle:
-    return await make_proxy(fake.url, store={"path": str(db)}, **config)
+    # The writer thread, in this process: the faults are injected into its connection.
+    return await make_proxy(fake.url, store={"path": str(db), "writer": "thread"}, **config)
 
 
 # ---------------------------------------------------------------- upstream faults

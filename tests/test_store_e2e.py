@@ -34,6 +34,12 @@ TOOLS: list[Any] = [
 ]
 
 
+@pytest.fixture(params=["thread", "process"])
+def writer(request: pytest.FixtureRequest) -> str:
+    """Both writers: in the proxy's process, and in a child process of its own."""
+    return str(request.param)
+
+
 async def _until(check: Callable[[], bool], timeout: float = 3.0) -> None:
     async with asyncio.timeout(timeout):
         while not check():
@@ -48,11 +54,11 @@ def _sessions(db: Path) -> list[dict[str, Any]]:
 
 
 async def test_conversation_threads_and_handoff_is_marked(
-    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
 ) -> None:
     """Three turns and a model switch become one session with a handoff A → B."""
     db = tmp_path / "h.db"
-    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
     history: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
     for i, model in enumerate(["gpt-4o", "gpt-4o", "gpt-4o-mini"]):
@@ -73,11 +79,11 @@ async def test_conversation_threads_and_handoff_is_marked(
 
 
 async def test_streamed_tool_call_reply_is_assembled(
-    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
 ) -> None:
     """A streamed reply with a tool call is stored as the assembled assistant message."""
     db = tmp_path / "h.db"
-    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
     stream = await client.chat.completions.create(
         model="gpt-4o",
@@ -104,11 +110,11 @@ async def test_streamed_tool_call_reply_is_assembled(
 
 
 async def test_workspaces_are_isolated_and_keys_never_stored(
-    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
 ) -> None:
     """Two API keys get two workspaces; neither key appears anywhere in the store file."""
     db = tmp_path / "h.db"
-    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
     for key in ("sk-alice-SECRET-111", "sk-bob-SECRET-222"):
         client = openai.AsyncOpenAI(base_url=proxy.url, api_key=key, max_retries=0)
         msgs = [{"role": "user", "content": "same question"}]
@@ -127,10 +133,11 @@ async def test_cli_lists_what_the_proxy_recorded(
     make_proxy: MakeProxy,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    writer: str,
 ) -> None:
     """`handoff sessions list --json` shows the session the proxy just recorded."""
     db = tmp_path / "h.db"
-    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-x", max_retries=0)
     msgs = [{"role": "user", "content": "a very particular zebra"}]
     reply = await client.chat.completions.create(model="gpt-4o", messages=msgs)  # type: ignore[arg-type]
@@ -147,12 +154,14 @@ async def test_cli_lists_what_the_proxy_recorded(
 
 
 async def test_broken_store_keeps_serving_and_says_so(
-    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
 ) -> None:
     """A store that cannot write never fails a request; /healthz reports it degraded."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    proxy = await make_proxy(fake_upstream.url, store={"path": str(blocker / "h.db")})
+    proxy = await make_proxy(
+        fake_upstream.url, store={"path": str(blocker / "h.db"), "writer": writer}
+    )
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-x", max_retries=0)
     for _ in range(3):
         msgs = [{"role": "user", "content": "hi"}]
@@ -167,13 +176,13 @@ async def test_broken_store_keeps_serving_and_says_so(
 
 
 async def test_required_store_fails_closed_with_503(
-    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
 ) -> None:
     """With store.required, an unwritable store answers 503 rather than serving unrecorded."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     proxy = await make_proxy(
-        fake_upstream.url, store={"path": str(blocker / "h.db"), "required": True}
+        fake_upstream.url, store={"path": str(blocker / "h.db"), "required": True, "writer": writer}
     )
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     async with aiohttp.ClientSession() as s:

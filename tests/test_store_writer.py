@@ -11,6 +11,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from proxy.store.errors import StoreMissingError
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
 from tests.test_store_fixtures import conversation, turn
@@ -98,9 +101,11 @@ async def test_async_lifecycle_drains_on_close(tmp_path: Path) -> None:
 CHILD = textwrap.dedent(
     """
     import sys, time
+    from proxy.store.process import ProcessStore
     from proxy.store.sqlite import SqliteStore
     from tests.test_store_fixtures import conversation
-    store = SqliteStore(sys.argv[1], flush_interval_s=0.2)
+    kind = ProcessStore if sys.argv[3] == "process" else SqliteStore
+    store = kind(sys.argv[1], flush_interval_s=0.2)
     store.open()
     for t in conversation(int(sys.argv[2])):
         store.record(t)
@@ -111,12 +116,14 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_kill_9_loses_no_recorded_turn(tmp_path: Path) -> None:
-    """Turns recorded ~1 s before SIGKILL are all on disk and the file is intact."""
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_kill_9_loses_no_recorded_turn(tmp_path: Path, writer: str) -> None:
+    """Turns recorded ~1 s before SIGKILL are all on disk and the file is intact
+    (a writer process outlives the proxy: it writes what reached its pipe, then exits)."""
     path = tmp_path / "h.db"
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), "25"],
+        [sys.executable, "-c", CHILD, str(path), "25", writer],
         stdout=subprocess.PIPE,
         text=True,
         cwd=root,
@@ -132,6 +139,13 @@ def test_kill_9_loses_no_recorded_turn(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert lines.count("recorded") == 25
+
+    def all_there() -> bool:
+        try:
+            return [s["turns"] for s in SqliteReader(path).list_sessions()] == [25]
+        except (sqlite3.Error, OSError, StoreMissingError):
+            return False
+
+    assert _wait(all_there, 10.0)  # an orphaned writer process finishes on its own
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert [s["turns"] for s in SqliteReader(path).list_sessions()] == [25]

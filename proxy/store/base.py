@@ -27,6 +27,23 @@ class Decision:
     policies: tuple[str, ...] = ()  # policies that changed something, in order
     steps: tuple[Mapping[str, Any], ...] = ()  # per-policy detail: removed counts, notes
 
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (by hand: ``dataclasses.asdict`` deep-copies)."""
+        return {
+            "action": self.action,
+            "window": self.window,
+            "budget": self.budget,
+            "tokens": self.tokens,
+            "forwarded_tokens": self.forwarded_tokens,
+            "exact": self.exact,
+            "policies": self.policies,
+            "steps": self.steps,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Decision:
+        return cls(**{**d, "policies": tuple(d["policies"]), "steps": tuple(d["steps"])})
+
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
@@ -50,6 +67,9 @@ class TurnRecord:
     cancelled: bool = False  # client went away before the reply completed
     raw_response: bytes | None = None  # SSE bytes, only if configured
     request_params: Mapping[str, Any] = field(default_factory=dict)  # other body fields
+    raw_request: bytes | None = None
+    """The request body as received, when ``messages`` are its own: a store in another
+    process re-reads them from it instead of having them serialised again."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,11 +37,12 @@ import structlog
 
 from proxy.store import retention
 from proxy.store.base import StoreHealth, TurnRecord
+from proxy.store.calibration import load_calibration, save_calibration
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
 from proxy.store.known import Known
 from proxy.store.prefix import PrefixCache
-from proxy.store.write import save_calibration, write_turn
+from proxy.store.write import write_turn
 
 log = structlog.get_logger("handoff.store")
 
@@ -168,9 +169,17 @@ class SqliteStore:
         await asyncio.to_thread(self.shutdown)
 
     def open(self) -> None:
-        """Start the writer thread (synchronous form of :meth:`start`)."""
+        """Try the file, then start the writer thread (synchronous form of :meth:`start`).
+
+        Trying first makes a store that cannot be opened (a missing directory, no
+        permission) degraded in ``/healthz`` and in the log from the start.
+        """
         if self._thread is not None and self._thread.is_alive():
             return
+        try:
+            connect(self.path, busy_timeout_ms=self.busy_timeout_ms).close()
+        except (sqlite3.Error, OSError) as e:
+            self._failed(e, 0)
         with self._cond:
             self._state.closing = False
         self._thread = threading.Thread(target=self._run, name="handoff-store", daemon=True)
@@ -185,16 +194,7 @@ class SqliteStore:
             self._thread.join(timeout)
 
     def load_calibration(self) -> dict[str, Any]:
-        """The saved calibration (empty if none or the store is unreadable)."""
-        try:
-            db = connect(self.path)
-        except (sqlite3.Error, OSError):
-            return {}
-        try:
-            rows = db.execute("SELECT key, value FROM calibration").fetchall()
-            return {k: orjson.loads(v) for k, v in rows}
-        finally:
-            db.close()
+        return load_calibration(self.path)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:
@@ -236,8 +236,8 @@ class SqliteStore:
                 if batch is None:
                     break
                 idle = not batch
-                if idle and not self._index_due(idle):
-                    continue
+                if idle and self._state.healthy and not self._index_due(idle):
+                    continue  # (an unhealthy store tries again, so it can say it recovered)
                 db = self._write(db, batch, cache, known, idle)
                 if db is None:
                     self._requeue(batch)

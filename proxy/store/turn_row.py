@@ -111,21 +111,7 @@ def _json(obj: Any) -> str | None:
 
 
 def _decision(d: Decision | None) -> str | None:
-    """The decision as JSON (by hand: ``dataclasses.asdict`` deep-copies)."""
-    if d is None:
-        return None
-    return _json(
-        {
-            "action": d.action,
-            "window": d.window,
-            "budget": d.budget,
-            "tokens": d.tokens,
-            "forwarded_tokens": d.forwarded_tokens,
-            "exact": d.exact,
-            "policies": d.policies,
-            "steps": d.steps,
-        }
-    )
+    return None if d is None else _json(d.as_dict())
 
 
 _INSERT_TURN = """INSERT INTO turns (session_id, seq, workspace, started_at, model, upstream,

@@ -16,8 +16,6 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from proxy.store.base import TurnRecord
 from proxy.store.history import extended_ids
 from proxy.store.known import Known, Match
@@ -32,7 +30,6 @@ __all__ = [
     "find_match",
     "message_text",
     "put_message",
-    "save_calibration",
     "squeeze",
     "write_turn",
 ]
@@ -149,10 +146,3 @@ def _remember(
     mine = Match(tid, sid, n, True, True, has_reply, *at)
     ext = None if parts.ext_hash is None else Match(tid, sid, n + 1, True, False, True, *at)
     known.wrote(turn.workspace, mine, parts.history_hash, ext, parts.ext_hash)
-
-
-def save_calibration(db: sqlite3.Connection, data: Mapping[str, Any]) -> None:
-    db.executemany(
-        "INSERT OR REPLACE INTO calibration (key, value) VALUES (?, ?)",
-        [(str(k), orjson.dumps(v).decode()) for k, v in data.items()],
-    )

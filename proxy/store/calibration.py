@@ -1,0 +1,32 @@
+"""The token-count calibration's table: written by the writer, read at start-up."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from proxy.store.db import connect
+
+
+def save_calibration(db: sqlite3.Connection, data: Mapping[str, Any]) -> None:
+    db.executemany(
+        "INSERT OR REPLACE INTO calibration (key, value) VALUES (?, ?)",
+        [(str(k), orjson.dumps(v).decode()) for k, v in data.items()],
+    )
+
+
+def load_calibration(path: Path) -> dict[str, Any]:
+    """The saved calibration (empty if none or the store is unreadable)."""
+    try:
+        db = connect(path)
+    except (sqlite3.Error, OSError):
+        return {}
+    try:
+        rows = db.execute("SELECT key, value FROM calibration").fetchall()
+        return {k: orjson.loads(v) for k, v in rows}
+    finally:
+        db.close()

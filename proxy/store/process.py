@@ -1,0 +1,294 @@
+"""The store with its writer in a process of its own, so snapshots cost the event loop ~nothing.
+
+A writer thread shares the proxy's GIL: hashing messages and driving SQLite take
+CPU from request handling and hold the loop up for slices of a batch. Here the
+request path only appends to a bounded deque; a shipper thread encodes each
+turn (``wire``: the request body travels as received) and writes batches to a
+child process (``writer_process``), which runs the same :class:`SqliteStore`
+on whatever core is free.
+
+The child outlives a ``kill -9`` of the proxy long enough to drain its pipe, so
+every turn handed over is written. If the child dies, it is started again and
+what it held is counted as failed; while it is down the turns wait here (up to
+``max_queue``). Health is the child's own report plus what waits here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import structlog
+
+from proxy.store.base import StoreHealth, TurnRecord
+from proxy.store.calibration import load_calibration
+from proxy.store.wire import encode_calibration, encode_turn
+from proxy.store.writer_process import LENGTH
+
+log = structlog.get_logger("handoff.store")
+
+RESTART_BACKOFF_S = 1.0
+READY_TIMEOUT_S = 10.0
+MAX_BATCH = 256
+MAX_QUEUE_BYTES = 256 << 20
+"""Request bodies waiting for the writer, at most: beyond it the oldest are dropped (and
+counted), so a stalled writer cannot take the proxy's memory."""
+
+
+@dataclass(slots=True)
+class _Child:
+    proc: subprocess.Popen[bytes]
+    shipped: int = 0  # jobs written to its pipe
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+class ProcessStore:
+    """A :class:`~proxy.store.base.Store` whose SQLite writer runs in a child process."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        flush_interval_s: float = 0.2,
+        redact: bool = False,
+        max_bytes: int | None = None,
+        max_queue: int = 10_000,
+        log_format: str = "console",
+    ) -> None:
+        self.path = Path(path)
+        self._argv = [
+            sys.executable, "-m", "proxy.store.writer_process", "--path", str(path),
+            "--flush-interval-s", str(flush_interval_s), "--log-format", log_format,
+            *(["--redact"] if redact else []),
+            *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),
+        ]  # fmt: skip
+        self._cond = threading.Condition()
+        self._queue: collections.deque[TurnRecord | Mapping[str, Any]] = collections.deque(
+            maxlen=max_queue
+        )
+        self._busy = 0
+        self._queued_bytes = 0
+        self._dropped = 0  # turns lost here or in a child that died
+        self._last_error: str | None = None
+        self._broken = False  # the last hand-over failed (the child's own state is its report)
+        self._closing = False
+        self._child: _Child | None = None
+        self._shipper: threading.Thread | None = None
+        self._readers: list[threading.Thread] = []
+
+    # -- the request path -------------------------------------------------
+    def record(self, turn: TurnRecord) -> None:
+        """Queue a turn for the writer process. Never blocks on I/O and never raises."""
+        self._put(turn)
+
+    def save_calibration(self, data: Mapping[str, Any]) -> None:
+        self._put(dict(data))
+
+    def _put(self, job: TurnRecord | Mapping[str, Any]) -> None:
+        try:
+            with self._cond:
+                q = self._queue
+                if q.maxlen is not None and len(q) == q.maxlen:
+                    self._drop_oldest()
+                q.append(job)
+                self._queued_bytes += _size(job)
+                while self._queued_bytes > MAX_QUEUE_BYTES and len(q) > 1:
+                    self._drop_oldest()
+                if len(q) == 1:
+                    self._cond.notify()
+        except Exception:  # the store must never break the proxy
+            pass
+
+    def _drop_oldest(self) -> None:
+        self._queued_bytes -= _size(self._queue.popleft())
+        self._dropped += 1
+        self._last_error = "queue full: dropped the oldest turn"
+
+    def health(self) -> StoreHealth:
+        with self._cond:
+            child = self._child
+            report = child.report if child else {}
+            alive = child is not None and child.proc.poll() is None
+            in_pipe = child.shipped - report.get("received", 0) if child else 0
+            return StoreHealth(
+                ok=alive and report.get("ok", True) and not self._broken,
+                path=str(self.path),
+                queue_depth=len(self._queue) + self._busy + in_pipe + report.get("queue_depth", 0),
+                write_failures=self._dropped + report.get("write_failures", 0),
+                last_error=self._last_error or report.get("last_error"),
+            )
+
+    def writer_cpu_s(self) -> float | None:
+        """CPU seconds the current writer process has used (as it last reported)."""
+        child = self._child
+        return child.report.get("writer_cpu_s") if child else None
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid (for operators and tests), None before it starts."""
+        child = self._child
+        return child.proc.pid if child else None
+
+    def load_calibration(self) -> dict[str, Any]:
+        return load_calibration(self.path)
+
+    # -- lifecycle ----------------------------------------------------------
+    async def start(self) -> None:
+        """Start the writer process and wait (bounded) for its first report, so that
+        ``/healthz`` tells from the start whether the store can be opened."""
+        self.open()
+        await asyncio.to_thread(self._wait_ready, READY_TIMEOUT_S)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while time.monotonic() < deadline:
+                child = self._child
+                if child is None or child.report or child.proc.poll() is not None:
+                    return
+                self._cond.wait(0.02)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.shutdown)
+
+    def open(self) -> None:
+        if self._shipper is not None and self._shipper.is_alive():
+            return
+        self._closing = False
+        self._spawn()
+        self._shipper = threading.Thread(target=self._ship, name="handoff-store-ship", daemon=True)
+        self._shipper.start()
+
+    def shutdown(self, timeout: float | None = 60.0) -> None:
+        """Hand over what is queued, close the pipe, wait for the child to drain and exit."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._shipper is not None:
+            self._shipper.join(timeout)
+        child = self._child
+        if child is not None:
+            try:
+                child.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.error("store_writer_stuck", pid=child.proc.pid, timeout_s=timeout)
+                child.proc.kill()
+        for reader in self._readers:
+            reader.join(1.0)
+
+    # -- the shipper thread -------------------------------------------------
+    def _spawn(self) -> None:
+        proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        child = _Child(proc)
+        reader = threading.Thread(
+            target=self._read_reports, args=(child,), name="handoff-store-health", daemon=True
+        )
+        reader.start()
+        self._readers = [r for r in self._readers if r.is_alive()] + [reader]
+        with self._cond:
+            self._child = child
+
+    def _read_reports(self, child: _Child) -> None:
+        assert child.proc.stdout is not None
+        for line in child.proc.stdout:
+            try:
+                report = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            with self._cond:
+                child.report = report
+                self._cond.notify_all()
+
+    def _take(self) -> list[TurnRecord | Mapping[str, Any]] | None:
+        with self._cond:
+            while not self._queue and not self._closing:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+            self._queued_bytes -= sum(map(_size, batch))
+            self._busy = len(batch)
+            return batch
+
+    def _ship(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                payload = self._encode(batch)
+                while not self._send(payload, len(batch)):
+                    if self._closing:  # no writer and shutting down: give up, not hang
+                        self._failed("store writer process gone at shutdown", len(batch))
+                        break
+                    time.sleep(RESTART_BACKOFF_S)
+            except Exception as e:  # never let the shipper die: what it held is lost, and said
+                log.exception("store_ship_failed")
+                self._failed(f"store shipper: {e!r}", len(batch))
+        child = self._child
+        if child is not None and child.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                child.proc.stdin.close()  # end of input: the child drains and exits
+
+    def _encode(self, batch: list[TurnRecord | Mapping[str, Any]]) -> bytes:
+        frames = []
+        for job in batch:
+            try:
+                frames.append(
+                    encode_turn(job) if isinstance(job, TurnRecord) else encode_calibration(job)
+                )
+            except (TypeError, ValueError, orjson.JSONEncodeError) as e:
+                self._failed(f"cannot encode a turn: {e!r}", 1)
+        payload = b"".join(frames)
+        return LENGTH.pack(len(payload)) + payload
+
+    def _send(self, payload: bytes, jobs: int) -> bool:
+        """Write one batch to the child (restarting it if it died); False to retry later."""
+        child = self._child
+        if child is None or child.proc.poll() is not None:
+            self._restart(child)
+            child = self._child
+            assert child is not None
+        pipe: IO[bytes] | None = child.proc.stdin
+        try:
+            assert pipe is not None
+            pipe.write(payload)
+            pipe.flush()
+        except (BrokenPipeError, OSError, ValueError) as e:
+            self._failed(f"store writer process gone: {e!r}", 0)
+            return False
+        with self._cond:
+            child.shipped += jobs
+            self._busy = 0
+            self._broken = False
+        return True
+
+    def _restart(self, dead: _Child | None) -> None:
+        if dead is not None:
+            code = dead.proc.wait()
+            lost = max(0, dead.shipped - dead.report.get("received", 0)) + dead.report.get(
+                "queue_depth", 0
+            )
+            log.error("store_writer_exited", code=code, turns_lost=lost, restarting=True)
+            self._failed(f"store writer process exited with {code}", lost)
+        self._spawn()
+
+    def _failed(self, error: str, lost: int) -> None:
+        with self._cond:
+            self._dropped += lost
+            self._last_error = error
+            self._broken = True
+            self._busy = 0 if lost else self._busy
+
+
+def _size(job: TurnRecord | Mapping[str, Any]) -> int:
+    if isinstance(job, TurnRecord):
+        return len(job.raw_request or b"") + len(job.raw_response or b"") + 1024
+    return 1024

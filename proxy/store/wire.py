@@ -1,0 +1,81 @@
+"""Turn records as bytes, for the writer process (see ``process``).
+
+A frame is a kind byte, three little-endian lengths, then the parts: the JSON of
+the record's small fields, the client's request body exactly as received, and
+the raw SSE bytes if kept. Shipping the body as received costs the proxy one
+copy instead of serialising a long history every turn; the writer parses it.
+Without a raw body the messages travel in the JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+
+from proxy.store.base import Decision, TurnRecord
+
+TURN, CALIBRATION = b"T", b"C"
+_HEAD = struct.Struct("<cIII")
+
+
+def encode_turn(turn: TurnRecord) -> bytes:
+    meta: dict[str, Any] = {
+        "workspace": turn.workspace,
+        "started_at": turn.started_at,
+        "model": turn.model,
+        "upstream": turn.upstream,
+        "status": turn.status,
+        "latency_ms": turn.latency_ms,
+        "streamed": turn.streamed,
+        "session_hint": turn.session_hint,
+        "decision": turn.decision.as_dict() if turn.decision else None,
+        "forwarded": turn.forwarded,
+        "reply": turn.reply,
+        "usage": turn.usage,
+        "finish_reason": turn.finish_reason,
+        "error": turn.error,
+        "cancelled": turn.cancelled,
+        "request_params": turn.request_params,
+    }
+    body = turn.raw_request or b""
+    if not body:
+        meta["messages"] = turn.messages
+    return _frame(
+        TURN, orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS), body, turn.raw_response or b""
+    )
+
+
+def encode_calibration(data: Mapping[str, Any]) -> bytes:
+    return _frame(CALIBRATION, orjson.dumps(dict(data)), b"", b"")
+
+
+def _frame(kind: bytes, meta: bytes, body: bytes, raw: bytes) -> bytes:
+    return b"".join((_HEAD.pack(kind, len(meta), len(body), len(raw)), meta, body, raw))
+
+
+def decode(buf: bytes) -> Iterator[TurnRecord | dict[str, Any]]:
+    """The jobs in ``buf`` (whole frames): turn records, and calibrations as dicts."""
+    view, at = memoryview(buf), 0
+    while at < len(buf):
+        kind, n_meta, n_body, n_raw = _HEAD.unpack_from(buf, at)
+        at += _HEAD.size
+        meta = orjson.loads(view[at : at + n_meta])
+        at += n_meta
+        body = bytes(view[at : at + n_body])
+        at += n_body
+        raw = bytes(view[at : at + n_raw])
+        at += n_raw
+        if kind == CALIBRATION:
+            yield meta
+            continue
+        messages = meta.pop("messages", None)
+        if body:
+            messages = orjson.loads(body)["messages"]
+        if meta["decision"] is not None:
+            meta["decision"] = Decision.from_dict(meta["decision"])
+        yield TurnRecord(
+            messages=messages or [], raw_response=raw or None, raw_request=body or None, **meta
+        )

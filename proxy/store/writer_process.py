@@ -1,0 +1,124 @@
+"""``python -m proxy.store.writer_process``: the store's writer, in a process of its own.
+
+Started by :class:`~proxy.store.process.ProcessStore`. Reads batches from stdin
+(a 4-byte little-endian length, then ``wire`` frames) and hands each job to a
+:class:`~proxy.store.sqlite.SqliteStore`; writes its health to stdout as JSON
+lines. End of input, including the proxy's death by ``kill -9``, drains the
+store and exits: what reached the pipe is written. Signals aimed at the proxy's
+process group are ignored, so Ctrl-C cannot cut the drain short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import struct
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+import orjson
+import structlog
+
+from proxy.log import configure_logging
+from proxy.store.sqlite import SqliteStore
+from proxy.store.wire import decode
+
+log = structlog.get_logger("handoff.store")
+
+LENGTH = struct.Struct("<I")
+REPORT_EVERY_S = 0.05
+"""Health goes to the proxy this often while it changes, and every second regardless."""
+
+
+class _Reporter:
+    def __init__(self, store: SqliteStore, out: IO[bytes]) -> None:
+        self.store, self.out = store, out
+        self.received = 0
+        self._last: dict[str, Any] | None = None
+        self._last_at = 0.0
+        self._lock = threading.Lock()
+
+    def report(self, force: bool = False) -> None:
+        h = self.store.health()
+        now = time.monotonic()
+        state = {
+            "ok": h.ok,
+            "queue_depth": h.queue_depth,
+            "write_failures": h.write_failures,
+            "last_error": h.last_error,
+            "received": self.received,
+            "writer_cpu_s": time.process_time(),
+        }
+        with self._lock:
+            same = self._last is not None and all(
+                self._last[k] == state[k] for k in state if k != "writer_cpu_s"
+            )
+            if same and not force and now - self._last_at < 1.0:
+                return
+            self._last, self._last_at = state, now
+            try:
+                self.out.write(orjson.dumps(state) + b"\n")
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the proxy is gone: keep writing what it sent
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(REPORT_EVERY_S):
+            self.report()
+
+
+def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
+    store.open()
+    reporter = _Reporter(store, out)
+    stop = threading.Event()
+    thread = threading.Thread(target=reporter.run, args=(stop,), daemon=True)
+    thread.start()
+    reporter.report(force=True)
+    try:
+        while (head := inp.read(LENGTH.size)) and len(head) == LENGTH.size:
+            size = LENGTH.unpack(head)[0]
+            payload = inp.read(size)
+            if len(payload) < size:
+                break  # the proxy died mid-write: that batch never completed
+            try:
+                for job in decode(payload):
+                    if isinstance(job, dict):
+                        store.save_calibration(job)
+                    else:
+                        store.record(job)
+                    reporter.received += 1
+            except (ValueError, TypeError, struct.error) as e:  # orjson's errors are ValueErrors
+                log.error("store_batch_unreadable", error=repr(e), size=size)
+    finally:
+        store.shutdown()
+        stop.set()
+        thread.join()
+        reporter.report(force=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--path", required=True)
+    p.add_argument("--flush-interval-s", type=float, default=0.2)
+    p.add_argument("--redact", action="store_true")
+    p.add_argument("--max-bytes", type=int)
+    p.add_argument("--log-format", choices=["console", "json"], default="console")
+    args = p.parse_args(argv)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    configure_logging(args.log_format)
+    store = SqliteStore(
+        args.path,
+        flush_interval_s=args.flush_interval_s,
+        redact=args.redact,
+        max_bytes=args.max_bytes,
+    )
+    serve(store, sys.stdin.buffer, sys.stdout.buffer)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

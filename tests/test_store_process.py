@@ -1,0 +1,113 @@
+"""The writer in a process of its own: what crosses the pipe, and a writer that dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.store.base import Decision, TurnRecord
+from proxy.store.process import ProcessStore
+from proxy.store.read import SqliteReader
+from proxy.store.wire import decode, encode_calibration, encode_turn
+from tests.test_store_fixtures import conversation
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+messages = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": json_values}),
+    max_size=5,
+)
+
+
+def _record(msgs: list[dict[str, Any]], raw: bool, **kw: Any) -> TurnRecord:
+    body = orjson.dumps({"model": "m", "messages": msgs, "temperature": 0.5}) if raw else None
+    return TurnRecord(workspace="w", started_at=1.5, model="m", upstream="u", messages=msgs,
+                      raw_request=body, **kw)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(msgs=messages, raw=st.booleans(), reply=st.none() | json_values, sse=st.binary(max_size=40))
+def test_turns_cross_the_pipe_unchanged(
+    msgs: list[dict[str, Any]], raw: bool, reply: Any, sse: bytes
+) -> None:
+    """A turn decodes to an equal record, whether its messages travel raw or as JSON."""
+    decision = Decision("compressed", 8000, 7000, 9000, 6000, False, ("truncate",),
+                        ({"policy": "truncate", "removed": 3},))  # fmt: skip
+    turn = _record(msgs, raw, reply={"role": "assistant", "content": reply}, decision=decision,
+                   raw_response=sse or None, request_params={"temperature": 0.5}, status=200)  # fmt: skip
+    cal = {"gpt-4o": 1.25}
+    jobs = list(decode(encode_turn(turn) + encode_calibration(cal)))
+    assert jobs == [turn, cal]
+
+
+async def test_turns_reach_the_store_and_health_drains(tmp_path: Path) -> None:
+    store = ProcessStore(tmp_path / "h.db")
+    await store.start()
+    assert store.health().ok and store.writer_pid not in (None, os.getpid())
+    for t in conversation(12):
+        store.record(t)
+    store.save_calibration({"gpt-4o": 1.1})
+    await store.close()
+    assert store.health().queue_depth == 0 and store.health().write_failures == 0
+    (session,) = SqliteReader(tmp_path / "h.db").list_sessions()
+    assert session["turns"] == 12
+    assert store.load_calibration() == {"gpt-4o": 1.1}
+
+
+def _wait(cond: Any, deadline_s: float = 10.0) -> bool:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_killed_writer_is_restarted_and_the_loss_reported(tmp_path: Path) -> None:
+    """SIGKILL the writer process: the store says so, starts another, and keeps writing."""
+    path = tmp_path / "h.db"
+    store = ProcessStore(path)
+    store.open()
+    turns = conversation(6)
+    for t in turns[:3]:
+        store.record(t)
+    assert _wait(lambda: store.health().queue_depth == 0)
+    first = store.writer_pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    assert _wait(lambda: not store.health().ok)
+    for t in turns[3:]:
+        store.record(t)
+    assert _wait(lambda: store.writer_pid != first and store.health().queue_depth == 0)
+    store.shutdown()
+    assert "exited" in (store.health().last_error or "")
+    assert [s["turns"] for s in SqliteReader(path).list_sessions()] == [6]
+
+
+@pytest.mark.parametrize("required", [False, True])
+async def test_an_unopenable_store_is_degraded_from_the_start(
+    tmp_path: Path, required: bool
+) -> None:
+    """The writer process tries the file before the proxy serves: health says why at once."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    store = ProcessStore(blocker / "h.db")
+    await store.start()
+    try:
+        h = store.health()
+        assert not h.ok and h.last_error and "FileExistsError" in h.last_error
+    finally:
+        await store.close()

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -24,7 +25,7 @@ from typing import Any
 from bench import chart, measure, report
 from bench.clients import LoadGen, Wrk
 from bench.measure import Bench, Plan, Row
-from bench.procs import Cores, Fleet, Server, free_port
+from bench.procs import Cores, Fleet, Server, cpu_seconds, free_port, settle
 
 WORDS = "the quick brown fox jumps over the lazy dog while handoff keeps the thread "
 
@@ -63,7 +64,12 @@ def child_env() -> dict[str, str]:
 
 
 def start_handoff(
-    fleet: Fleet, name: str, upstream: Server, cpus: frozenset[int], store: Path | None
+    fleet: Fleet,
+    name: str,
+    upstream: Server,
+    cpus: frozenset[int],
+    store: Path | None,
+    env: dict[str, str] | None = None,
 ) -> Server:
     config = fleet.workdir / "empty.toml"
     config.touch()
@@ -72,7 +78,7 @@ def start_handoff(
             "--host", "127.0.0.1", "--port", str(port),
             "--upstream", f"http://127.0.0.1:{upstream.port}/v1", "--log-format", "json",
             *(["--store", str(store)] if store else ["--no-store"])]  # fmt: skip
-    return fleet.start(name, argv, port, cpus, child_env())
+    return fleet.start(name, argv, port, cpus, {**child_env(), **(env or {})})
 
 
 def start_forwarder(fleet: Fleet, name: str, upstream: Server, cpus: frozenset[int]) -> Server:
@@ -145,7 +151,7 @@ def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[
     say("streaming")
     rows += measure.streaming(b, upstream, fwd, handoff)
     rows += _litellm(b, fleet, upstream, handoff, cores, notes)
-    rows.append(_store(b, fleet, upstream, handoff, cores))
+    rows += _store(b, fleet, upstream, handoff, cores)
     say("peak memory with big requests in flight")
     h_mem, f_mem = measure.peak_rss(b, handoff), measure.peak_rss(b, fwd)
     rows.append(measure.memory_row(b, h_mem, f_mem))
@@ -166,24 +172,68 @@ def _litellm(
     return rows
 
 
-def _store(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores) -> Row:
-    what = "snapshots on vs off: throughput at concurrency 16"
+STORE_SETUPS = (
+    # (writer, where its CPU goes, target): the default on a machine with a free core,
+    # then what a one-CPU machine (auto) gets.
+    ("process", "writer process on the other core", 0.9),
+    ("thread", "writer thread on the proxy's core", None),
+)
+
+
+def _store(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores) -> list[Row]:
+    return [_store_row(b, fleet, upstream, handoff, cores, *setup) for setup in STORE_SETUPS]
+
+
+def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores,
+               writer: str, where: str, target: float | None) -> Row:  # fmt: skip
+    what = f"snapshots on vs off: throughput at concurrency 16, {where}"
     try:
-        stored = start_handoff(
-            fleet, "handoff-store", upstream, cores.server, fleet.workdir / "s.db"
-        )
+        stored = start_handoff(fleet, f"handoff-store-{writer}", upstream, cores.server,
+                               fleet.workdir / f"s-{writer}.db", {"HANDOFF_STORE__WRITER": writer})  # fmt: skip
     except RuntimeError as e:
         return not_available(what, f"handoff with --store did not start ({_last_line(e)})")
     try:
         if not store_wired(stored):
             return not_available(what, "`handoff serve --store` does not open a store yet")
-        _say("snapshots on vs off")
+        _say(f"snapshots on vs off ({where})")
+        writer_pid = _writer_process(stored.proc.pid) if writer == "process" else None
+        for task in Path(f"/proc/{writer_pid}/task").iterdir() if writer_pid else ():
+            os.sched_setaffinity(int(task.name), cores.client)  # each of its threads
         measure.warm(b, [stored])
-        row = measure.throughput(b, handoff, stored, 16, "snapshots on", 0.9)
+        db = fleet.workdir / f"s-{writer}.db"
+        if writer_pid is not None:
+            settle([writer_pid])
+            cpu0, turns0 = cpu_seconds(writer_pid), _turns_stored(db)
+        row = measure.throughput(b, handoff, stored, 16, f"snapshots on, {writer}", target or 0)
         row.what, row.compared_with = what, "snapshots off (--no-store)"
+        if target is None:
+            row.target, row.passed = "reported", None
+        if writer_pid is not None:
+            settle([writer_pid])
+            turns = _turns_stored(db) - turns0
+            cpu_ms = (cpu_seconds(writer_pid) - cpu0) * 1e3
+            row.note = (f"the writer process (pinned with the load generator) used "
+                        f"{cpu_ms / max(turns, 1):.3f} ms of CPU per turn ({turns:,} turns)")  # fmt: skip
         return row
     finally:
         fleet.stop(stored)
+
+
+def _writer_process(pid: int) -> int | None:
+    """The store writer child of handoff ``pid`` (``store.writer = process``)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    for child in map(int, children):
+        if "proxy.store.writer_process" in Path(f"/proc/{child}/cmdline").read_text():
+            return child
+    return None
+
+
+def _turns_stored(db: Path) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute("SELECT count(*) FROM turns").fetchone()[0])
+    finally:
+        con.close()
 
 
 def _last_line(e: Exception) -> str:

@@ -30,9 +30,9 @@ from proxy.config import Settings
 from proxy.engine import Engine
 from proxy.errors import HandoffError, Unauthorized, error_body
 from proxy.inspect_api import create_inspect_app
-from proxy.log import REQUEST_FIELDS
 from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
+from proxy.request_log import REQUEST_FIELDS
 from proxy.services import SERVICES, Planner, Services
 from proxy.store.base import Store
 from proxy.store.process import ProcessStore

@@ -21,9 +21,9 @@ from proxy.chat_request import ChatRequest
 from proxy.errors import BodyTooLarge, HandoffError, StoreUnavailable
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
 from proxy.identity import session_hint, workspace_for
-from proxy.log import request_fields
 from proxy.overflow import context_limit
 from proxy.parse import parse_chat
+from proxy.request_log import request_fields
 from proxy.services import SERVICES, Plan, Services
 from proxy.sse import ReplyAssembler, reply_from_completion
 from proxy.store.base import TurnRecord

@@ -2,8 +2,8 @@
 
 Fields are snake_case. Only ``request_id`` is bound through contextvars (so every
 event of a request can be joined to it); the canonical event's own fields go in a
-per-request dict (:func:`request_fields`) that the middleware logs once at the end:
-each contextvar bound copies the context, about 1 µs a field.
+per-request dict (:func:`proxy.request_log.request_fields`) that the middleware
+logs once at the end: each contextvar bound copies the context, about 1 µs a field.
 A last-line scrubber drops anything that looks like a credential, so a careless
 ``log.info(..., headers=...)`` can never write a key.
 """
@@ -19,23 +19,11 @@ from typing import Any, Literal
 
 import orjson
 import structlog
-from aiohttp import web
 
 _SECRET_KEYS = re.compile(r"authorization|api[-_]?key|access[-_]?key|secret|password|token$", re.I)
 _SECRET_VALUES = re.compile(
     r"(?:Bearer\s+)[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}"
 )
-
-
-REQUEST_FIELDS = web.RequestKey("handoff_log_fields", dict[str, Any])
-"""Where the request middleware keeps the fields of its canonical event."""
-
-
-def request_fields(request: web.Request) -> dict[str, Any]:
-    """This request's canonical-event fields, to add to; a throwaway dict when no
-    request middleware runs (a handler called on its own)."""
-    fields = request.get(REQUEST_FIELDS)
-    return fields if fields is not None else {}
 
 
 _SHORTEST_SECRET = 11  # "sk-" and 8 more: nothing shorter can match _SECRET_VALUES

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from proxy.chat import read_limited
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
-from proxy.log import request_fields
+from proxy.request_log import request_fields
 from proxy.services import SERVICES
 
 

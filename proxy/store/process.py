@@ -40,6 +40,7 @@ log = structlog.get_logger("handoff.store")
 RESTART_BACKOFF_S = 1.0
 READY_TIMEOUT_S = 10.0
 MAX_BATCH = 256
+GATHER_S = 0.02
 MAX_QUEUE_BYTES = 256 << 20
 """Request bodies waiting for the writer, at most: beyond it the oldest are dropped (and
 counted), so a stalled writer cannot take the proxy's memory."""
@@ -210,9 +211,18 @@ class ProcessStore:
                 self._cond.notify_all()
 
     def _take(self) -> list[TurnRecord | Mapping[str, Any]] | None:
+        """The next batch; None once closing with nothing left.
+
+        After the first turn wakes it, the shipper lets ``GATHER_S`` pass before taking
+        the queue: waking a thread costs the proxy more CPU than encoding a turn, so
+        under load one wake-up ships many turns.
+        """
         with self._cond:
             while not self._queue and not self._closing:
                 self._cond.wait()
+        if not self._closing:
+            time.sleep(GATHER_S)
+        with self._cond:
             if not self._queue:
                 return None
             batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]

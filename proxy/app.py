@@ -135,6 +135,7 @@ async def healthz(request: web.Request) -> web.Response:
             "queue_depth": h.queue_depth,
             "write_failures": h.write_failures,
             "last_error": h.last_error,
+            "writer": h.writer,
         }
         if not h.ok:
             body["status"] = "degraded"

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from policies.base import Message, Summarize
 from proxy.chat_request import ChatRequest
-from proxy.config import Settings
+from proxy.config import Settings, StoreSettings
 from proxy.engine import Engine, SummarizerFactory
 from proxy.metrics import Metrics
 from proxy.store.base import Store
@@ -72,11 +72,18 @@ def summarizer_factory(
     return make
 
 
+def store_writer(s: StoreSettings) -> str:
+    """``store.writer`` resolved: auto is a process when this process may use >1 CPU."""
+    if s.writer == "auto":
+        return "process" if len(os.sched_getaffinity(0)) > 1 else "thread"
+    return s.writer
+
+
 def open_store(settings: Settings) -> Store | None:
     if not settings.store.enabled:
         return None
     s = settings.store
-    if s.writer == "process" or (s.writer == "auto" and len(os.sched_getaffinity(0)) > 1):
+    if store_writer(s) == "process":
         return ProcessStore(
             settings.store_path(),
             flush_interval_s=s.flush_interval_s,

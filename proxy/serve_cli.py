@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.app import create_app
+from proxy.build import store_writer
 from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
 
@@ -59,9 +60,8 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
     app = create_app(settings, catch_all=catch_all)
-    print(
-        f"handoff listening on http://{settings.server.host}:{settings.server.port}/v1", flush=True
-    )
+    where = f"http://{settings.server.host}:{settings.server.port}/v1"
+    print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
     web.run_app(
         app,
         host=settings.server.host,
@@ -72,3 +72,9 @@ def run(args: argparse.Namespace) -> int:
         access_log=None,
     )
     return 0
+
+
+def _snapshots(settings: Settings) -> str:
+    if not settings.store.enabled:
+        return "snapshots off"
+    return f"snapshots in {settings.store_path()} (writer: {store_writer(settings.store)})"

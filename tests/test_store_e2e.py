@@ -173,6 +173,7 @@ async def test_broken_store_keeps_serving_and_says_so(
             health = await r.json()
     assert health["status"] == "degraded"
     assert health["store"]["ok"] is False and health["store"]["last_error"]
+    assert health["store"]["writer"].split()[0] == writer
 
 
 async def test_required_store_fails_closed_with_503(

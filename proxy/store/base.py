@@ -79,6 +79,7 @@ class StoreHealth:
     queue_depth: int = 0
     write_failures: int = 0
     last_error: str | None = None
+    writer: str = "thread"  # or "process <pid>": where the SQLite writes run
 
 
 class Store(Protocol):

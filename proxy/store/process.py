@@ -127,6 +127,7 @@ class ProcessStore:
                 queue_depth=len(self._queue) + self._busy + in_pipe + report.get("queue_depth", 0),
                 write_failures=self._dropped + report.get("write_failures", 0),
                 last_error=self._last_error or report.get("last_error"),
+                writer=f"process {child.proc.pid}" if child else "process",
             )
 
     def writer_cpu_s(self) -> float | None:

@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import encode_request, read_response
-from bench.procs import Cores, Fleet, Server, cpu_seconds, free_port, memory_kb
+from bench.procs import (
+    Cores,
+    Fleet,
+    Server,
+    cpu_seconds,
+    free_port,
+    memory_kb,
+    pin_threads,
+    store_writer_pid,
+)
 from bench.run import start_handoff
 
 REQUEST_TIMEOUT_S = 30.0
@@ -124,8 +133,12 @@ def stop_gracefully(server: Server, timeout: float = DRAIN_TIMEOUT_S) -> int | N
         return None
 
 
-def run_load(seconds: float, clients: int, workdir: Path, cores: Cores) -> dict[str, Any]:
-    """Start the servers, drive them, stop handoff, count its store; the figures."""
+def run_load(
+    seconds: float, clients: int, workdir: Path, cores: Cores, writer: str = "process"
+) -> dict[str, Any]:
+    """Start the servers, drive them, stop handoff, count its store; the figures.
+
+    A writer process is pinned with the load generator (handoff's core is its own)."""
     db = workdir / "load.db"
     with Fleet(workdir) as fleet:
         up_port = free_port()
@@ -135,7 +148,11 @@ def run_load(seconds: float, clients: int, workdir: Path, cores: Cores) -> dict[
             up_port,
             cores.client,
         )
-        handoff = start_handoff(fleet, "handoff", upstream, cores.server, db)
+        handoff = start_handoff(fleet, "handoff", upstream, cores.server, db,
+                                {"HANDOFF_STORE__WRITER": writer})  # fmt: skip
+        writer_pid = store_writer_pid(handoff.pid) if writer == "process" else None
+        if writer_pid is not None:
+            pin_threads(writer_pid, cores.client)
         cpu0, t0 = cpu_seconds(handoff.pid), time.monotonic()
         tally = asyncio.run(drive(handoff.port, clients, seconds))
         wall, cpu = time.monotonic() - t0, cpu_seconds(handoff.pid) - cpu0
@@ -166,6 +183,7 @@ def run_load(seconds: float, clients: int, workdir: Path, cores: Cores) -> dict[
         "cpu_s": round(cpu, 2),
         "cpu_percent": round(100 * cpu / wall, 1) if wall else 0.0,
         "pinned": cores.pinned,
+        "store_writer": writer,
     }
 
 
@@ -173,12 +191,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="handoff under sustained concurrent load")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--writer", choices=["process", "thread"], default="process",
+                        help="the store writer (process: auto's choice with a free core)")  # fmt: skip
     args = parser.parse_args(argv)
     cores = Cores.detect()
     os.sched_setaffinity(0, cores.client)  # with the upstream; handoff gets its own core
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the Fleet stops its servers
     with tempfile.TemporaryDirectory(prefix="handoff-load-") as tmp:
-        figures = run_load(args.seconds, args.clients, Path(tmp), cores)
+        figures = run_load(args.seconds, args.clients, Path(tmp), cores, args.writer)
     print(json.dumps(figures), flush=True)
     ok = figures["proxy_errors"] == 0 and figures["all_recorded"] and figures["exit_code"] == 0
     return 0 if ok else 1

@@ -183,3 +183,18 @@ class Fleet:
     ) -> None:
         for server in list(self.servers):
             self.stop(server)
+
+
+def store_writer_pid(pid: int) -> int | None:
+    """The store writer process that handoff ``pid`` started (``store.writer = process``)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    for child in map(int, children):
+        if "proxy.store.writer_process" in Path(f"/proc/{child}/cmdline").read_text():
+            return child
+    return None
+
+
+def pin_threads(pid: int, cpus: frozenset[int]) -> None:
+    """Move every thread of ``pid`` (a thread inherits its pinning only when created)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)

@@ -25,7 +25,16 @@ from typing import Any
 from bench import chart, measure, report
 from bench.clients import LoadGen, Wrk
 from bench.measure import Bench, Plan, Row
-from bench.procs import Cores, Fleet, Server, cpu_seconds, free_port, settle
+from bench.procs import (
+    Cores,
+    Fleet,
+    Server,
+    cpu_seconds,
+    free_port,
+    pin_threads,
+    settle,
+    store_writer_pid,
+)
 
 WORDS = "the quick brown fox jumps over the lazy dog while handoff keeps the thread "
 
@@ -196,9 +205,9 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores:
         if not store_wired(stored):
             return not_available(what, "`handoff serve --store` does not open a store yet")
         _say(f"snapshots on vs off ({where})")
-        writer_pid = _writer_process(stored.proc.pid) if writer == "process" else None
-        for task in Path(f"/proc/{writer_pid}/task").iterdir() if writer_pid else ():
-            os.sched_setaffinity(int(task.name), cores.client)  # each of its threads
+        writer_pid = store_writer_pid(stored.proc.pid) if writer == "process" else None
+        if writer_pid is not None:
+            pin_threads(writer_pid, cores.client)
         measure.warm(b, [stored])
         db = fleet.workdir / f"s-{writer}.db"
         if writer_pid is not None:
@@ -217,15 +226,6 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores:
         return row
     finally:
         fleet.stop(stored)
-
-
-def _writer_process(pid: int) -> int | None:
-    """The store writer child of handoff ``pid`` (``store.writer = process``)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    for child in map(int, children):
-        if "proxy.store.writer_process" in Path(f"/proc/{child}/cmdline").read_text():
-            return child
-    return None
 
 
 def _turns_stored(db: Path) -> int:

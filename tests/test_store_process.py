@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -111,3 +112,16 @@ async def test_an_unopenable_store_is_degraded_from_the_start(
         assert not h.ok and h.last_error and "FileExistsError" in h.last_error
     finally:
         await store.close()
+
+
+async def test_a_writer_that_cannot_start_never_breaks_recording(tmp_path: Path) -> None:
+    """No writer process at all (its interpreter is missing): record() still returns at
+    once, health says why, and closing does not hang."""
+    store = ProcessStore(tmp_path / "h.db")
+    store._argv[0] = str(tmp_path / "no-such-python")  # the one fault we cannot cause outside
+    await store.start()
+    for t in conversation(3):
+        store.record(t)
+    h = store.health()
+    assert not h.ok and h.last_error and "cannot start the store writer" in h.last_error
+    await asyncio.wait_for(store.close(), 10)

@@ -42,7 +42,7 @@ READY_TIMEOUT_S = 10.0
 MAX_BATCH = 256
 GATHER_S = 0.02
 MAX_QUEUE_BYTES = 256 << 20
-"""Request bodies waiting for the writer, at most: beyond it the oldest are dropped (and
+"""Framed turns waiting for the writer, at most: beyond it the oldest are dropped (and
 counted), so a stalled writer cannot take the proxy's memory."""
 
 
@@ -74,9 +74,7 @@ class ProcessStore:
             *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),
         ]  # fmt: skip
         self._cond = threading.Condition()
-        self._queue: collections.deque[TurnRecord | Mapping[str, Any]] = collections.deque(
-            maxlen=max_queue
-        )
+        self._queue: collections.deque[bytes] = collections.deque(maxlen=max_queue)
         self._busy = 0
         self._queued_bytes = 0
         self._dropped = 0  # turns lost here or in a child that died
@@ -89,20 +87,37 @@ class ProcessStore:
 
     # -- the request path -------------------------------------------------
     def record(self, turn: TurnRecord) -> None:
-        """Queue a turn for the writer process. Never blocks on I/O and never raises."""
-        self._put(turn)
+        """Queue a turn for the writer process. Never blocks on I/O and never raises.
+
+        The turn is framed here, so what waits is bytes, counted exactly: a parsed
+        history can take tens of times its JSON's size, and a writer that falls
+        behind must not let queued turns take the proxy's memory.
+        """
+        try:
+            self._put(encode_turn(turn))
+        except (TypeError, ValueError) as e:  # orjson's errors are both
+            self._unencodable(e)
 
     def save_calibration(self, data: Mapping[str, Any]) -> None:
-        self._put(dict(data))
+        try:
+            self._put(encode_calibration(data))
+        except (TypeError, ValueError) as e:
+            self._unencodable(e)
 
-    def _put(self, job: TurnRecord | Mapping[str, Any]) -> None:
+    def _unencodable(self, e: Exception) -> None:
+        """Dropped and counted; the store itself is fine (as the writer thread does)."""
+        with self._cond:
+            self._dropped += 1
+            self._last_error = f"cannot encode a turn: {e!r}"
+
+    def _put(self, job: bytes) -> None:
         try:
             with self._cond:
                 q = self._queue
                 if q.maxlen is not None and len(q) == q.maxlen:
                     self._drop_oldest()
                 q.append(job)
-                self._queued_bytes += _size(job)
+                self._queued_bytes += len(job)
                 while self._queued_bytes > MAX_QUEUE_BYTES and len(q) > 1:
                     self._drop_oldest()
                 if len(q) == 1:
@@ -111,7 +126,7 @@ class ProcessStore:
             pass
 
     def _drop_oldest(self) -> None:
-        self._queued_bytes -= _size(self._queue.popleft())
+        self._queued_bytes -= len(self._queue.popleft())
         self._dropped += 1
         self._last_error = "queue full: dropped the oldest turn"
 
@@ -126,7 +141,11 @@ class ProcessStore:
                 path=str(self.path),
                 queue_depth=len(self._queue) + self._busy + in_pipe + report.get("queue_depth", 0),
                 write_failures=self._dropped + report.get("write_failures", 0),
-                last_error=self._last_error or report.get("last_error"),
+                last_error=(  # the writer's own error while it is failing, else ours
+                    not report.get("ok", True) and report.get("last_error")
+                )
+                or self._last_error
+                or report.get("last_error"),
                 writer=f"process {child.proc.pid}" if child else "process",
             )
 
@@ -189,8 +208,15 @@ class ProcessStore:
             reader.join(1.0)
 
     # -- the shipper thread -------------------------------------------------
-    def _spawn(self) -> None:
-        proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    def _spawn(self) -> bool:
+        """Start a writer process; False (logged, in health) if it cannot be started."""
+        try:
+            proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        except OSError as e:
+            if self._last_error is None or repr(e) not in self._last_error:  # once, not per retry
+                log.error("store_writer_start_failed", error=repr(e), argv0=self._argv[0])
+            self._failed(f"cannot start the store writer process: {e!r}", 0)
+            return False
         child = _Child(proc)
         reader = threading.Thread(
             target=self._read_reports, args=(child,), name="handoff-store-health", daemon=True
@@ -199,6 +225,7 @@ class ProcessStore:
         self._readers = [r for r in self._readers if r.is_alive()] + [reader]
         with self._cond:
             self._child = child
+        return True
 
     def _read_reports(self, child: _Child) -> None:
         assert child.proc.stdout is not None
@@ -211,7 +238,7 @@ class ProcessStore:
                 child.report = report
                 self._cond.notify_all()
 
-    def _take(self) -> list[TurnRecord | Mapping[str, Any]] | None:
+    def _take(self) -> list[bytes] | None:
         """The next batch; None once closing with nothing left.
 
         After the first turn wakes it, the shipper lets ``GATHER_S`` pass before taking
@@ -227,7 +254,7 @@ class ProcessStore:
             if not self._queue:
                 return None
             batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
-            self._queued_bytes -= sum(map(_size, batch))
+            self._queued_bytes -= sum(map(len, batch))
             self._busy = len(batch)
             return batch
 
@@ -248,23 +275,16 @@ class ProcessStore:
             with contextlib.suppress(OSError):
                 child.proc.stdin.close()  # end of input: the child drains and exits
 
-    def _encode(self, batch: list[TurnRecord | Mapping[str, Any]]) -> bytes:
-        frames = []
-        for job in batch:
-            try:
-                frames.append(
-                    encode_turn(job) if isinstance(job, TurnRecord) else encode_calibration(job)
-                )
-            except (TypeError, ValueError, orjson.JSONEncodeError) as e:
-                self._failed(f"cannot encode a turn: {e!r}", 1)
-        payload = b"".join(frames)
+    def _encode(self, batch: list[bytes]) -> bytes:
+        payload = b"".join(batch)
         return LENGTH.pack(len(payload)) + payload
 
     def _send(self, payload: bytes, jobs: int) -> bool:
         """Write one batch to the child (restarting it if it died); False to retry later."""
         child = self._child
         if child is None or child.proc.poll() is not None:
-            self._restart(child)
+            if not self._restart(child):
+                return False
             child = self._child
             assert child is not None
         pipe: IO[bytes] | None = child.proc.stdin
@@ -281,15 +301,18 @@ class ProcessStore:
             self._broken = False
         return True
 
-    def _restart(self, dead: _Child | None) -> None:
+    def _restart(self, dead: _Child | None) -> bool:
         if dead is not None:
             code = dead.proc.wait()
             lost = max(0, dead.shipped - dead.report.get("received", 0)) + dead.report.get(
                 "queue_depth", 0
             )
             log.error("store_writer_exited", code=code, turns_lost=lost, restarting=True)
-            self._failed(f"store writer process exited with {code}", lost)
-        self._spawn()
+            failed = lost + dead.report.get("write_failures", 0)  # its count dies with it
+            self._failed(f"store writer process exited with {code}", failed)
+        with self._cond:
+            self._child = None  # reported once, not again on every retry
+        return self._spawn()
 
     def _failed(self, error: str, lost: int) -> None:
         with self._cond:
@@ -297,9 +320,3 @@ class ProcessStore:
             self._last_error = error
             self._broken = True
             self._busy = 0 if lost else self._busy
-
-
-def _size(job: TurnRecord | Mapping[str, Any]) -> int:
-    if isinstance(job, TurnRecord):
-        return len(job.raw_request or b"") + len(job.raw_response or b"") + 1024
-    return 1024

@@ -29,6 +29,7 @@ from proxy.store.wire import decode
 log = structlog.get_logger("handoff.store")
 
 LENGTH = struct.Struct("<I")
+BACKLOG = 2_000
 REPORT_EVERY_S = 0.05
 """Health goes to the proxy this often while it changes, and every second regardless."""
 
@@ -70,6 +71,15 @@ class _Reporter:
             self.report()
 
 
+def _next_head(store: SqliteStore, inp: IO[bytes]) -> bytes:
+    """The next batch's length, read once fewer than ``BACKLOG`` turns wait for SQLite:
+    the pipe then fills and the proxy's bounded queue takes the overflow, so a slow disk
+    costs turns, not memory. (A failing store is not waited for: it drops its oldest.)"""
+    while (h := store.health()).ok and h.queue_depth > BACKLOG:
+        time.sleep(0.01)
+    return inp.read(LENGTH.size)
+
+
 def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     store.open()
     reporter = _Reporter(store, out)
@@ -78,7 +88,7 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     thread.start()
     reporter.report(force=True)
     try:
-        while (head := inp.read(LENGTH.size)) and len(head) == LENGTH.size:
+        while (head := _next_head(store, inp)) and len(head) == LENGTH.size:
             size = LENGTH.unpack(head)[0]
             payload = inp.read(size)
             if len(payload) < size:

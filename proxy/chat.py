@@ -26,7 +26,7 @@ from proxy.parse import parse_chat
 from proxy.request_log import request_fields
 from proxy.services import SERVICES, Plan, Services
 from proxy.sse import ReplyAssembler, reply_from_completion
-from proxy.store.base import TurnRecord
+from proxy.store.base import TurnRecord, request_params
 from proxy.upstreams import Upstream
 
 log = structlog.get_logger("handoff.chat")
@@ -198,7 +198,6 @@ def _record(
 ) -> None:
     if svc.store is None:
         return
-    params = {k: v for k, v in req.body.items() if k not in ("messages", "model")}
     svc.store.record(
         TurnRecord(
             workspace=workspace_for(request.headers),
@@ -220,7 +219,7 @@ def _record(
             error=turn.error,
             cancelled=turn.cancelled,
             raw_response=turn.raw,
-            request_params=params,
+            request_params=request_params(req.body),
             raw_request=req.raw,
         )
     )

@@ -45,6 +45,11 @@ class Decision:
         return cls(**{**d, "policies": tuple(d["policies"]), "steps": tuple(d["steps"])})
 
 
+def request_params(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A chat request's fields other than ``messages`` and ``model`` (tools, sampling…)."""
+    return {k: v for k, v in body.items() if k not in ("messages", "model")}
+
+
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
     """One chat request and its outcome, as the proxy hands it to the store."""
@@ -68,8 +73,9 @@ class TurnRecord:
     raw_response: bytes | None = None  # SSE bytes, only if configured
     request_params: Mapping[str, Any] = field(default_factory=dict)  # other body fields
     raw_request: bytes | None = None
-    """The request body as received, when ``messages`` are its own: a store in another
-    process re-reads them from it instead of having them serialised again."""
+    """The request body as received, when ``messages`` and ``request_params`` are its own:
+    a store in another process re-reads them from it instead of having them serialised
+    again (a client resends both, tools included, every turn)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@
 
 A writer thread shares the proxy's GIL: hashing messages and driving SQLite take
 CPU from request handling and hold the loop up for slices of a batch. Here the
-request path only appends to a bounded deque; a shipper thread encodes each
-turn (``wire``: the request body travels as received) and writes batches to a
+request path frames each turn (``wire``: the request body travels as received)
+onto a queue bounded in bytes; a shipper thread writes batches of frames to a
 child process (``writer_process``), which runs the same :class:`SqliteStore`
 on whatever core is free.
 
@@ -260,9 +260,9 @@ class ProcessStore:
 
     def _ship(self) -> None:
         while (batch := self._take()) is not None:
+            payload = b"".join(batch)
             try:
-                payload = self._encode(batch)
-                while not self._send(payload, len(batch)):
+                while not self._send(LENGTH.pack(len(payload)) + payload, len(batch)):
                     if self._closing:  # no writer and shutting down: give up, not hang
                         self._failed("store writer process gone at shutdown", len(batch))
                         break
@@ -270,14 +270,12 @@ class ProcessStore:
             except Exception as e:  # never let the shipper die: what it held is lost, and said
                 log.exception("store_ship_failed")
                 self._failed(f"store shipper: {e!r}", len(batch))
+            with self._cond:
+                self._busy = 0  # (also when given up: then counted as failed)
         child = self._child
         if child is not None and child.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 child.proc.stdin.close()  # end of input: the child drains and exits
-
-    def _encode(self, batch: list[bytes]) -> bytes:
-        payload = b"".join(batch)
-        return LENGTH.pack(len(payload)) + payload
 
     def _send(self, payload: bytes, jobs: int) -> bool:
         """Write one batch to the child (restarting it if it died); False to retry later."""
@@ -297,7 +295,7 @@ class ProcessStore:
             return False
         with self._cond:
             child.shipped += jobs
-            self._busy = 0
+            self._busy = 0  # now counted as in the pipe
             self._broken = False
         return True
 
@@ -319,4 +317,3 @@ class ProcessStore:
             self._dropped += lost
             self._last_error = error
             self._broken = True
-            self._busy = 0 if lost else self._busy

@@ -3,8 +3,8 @@
 A frame is a kind byte, three little-endian lengths, then the parts: the JSON of
 the record's small fields, the client's request body exactly as received, and
 the raw SSE bytes if kept. Shipping the body as received costs the proxy one
-copy instead of serialising a long history every turn; the writer parses it.
-Without a raw body the messages travel in the JSON.
+copy instead of serialising a long history (and its tools) every turn; the writer
+parses it. Without a raw body the messages and other fields travel in the JSON.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from proxy.store.base import Decision, TurnRecord
+from proxy.store.base import Decision, TurnRecord, request_params
 
 TURN, CALIBRATION = b"T", b"C"
 _HEAD = struct.Struct("<cIII")
@@ -38,11 +38,10 @@ def encode_turn(turn: TurnRecord) -> bytes:
         "finish_reason": turn.finish_reason,
         "error": turn.error,
         "cancelled": turn.cancelled,
-        "request_params": turn.request_params,
     }
     body = turn.raw_request or b""
     if not body:
-        meta["messages"] = turn.messages
+        meta["messages"], meta["request_params"] = turn.messages, turn.request_params
     return _frame(
         TURN, orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS), body, turn.raw_response or b""
     )
@@ -71,11 +70,9 @@ def decode(buf: bytes) -> Iterator[TurnRecord | dict[str, Any]]:
         if kind == CALIBRATION:
             yield meta
             continue
-        messages = meta.pop("messages", None)
         if body:
-            messages = orjson.loads(body)["messages"]
+            parsed = orjson.loads(body)
+            meta["messages"], meta["request_params"] = parsed["messages"], request_params(parsed)
         if meta["decision"] is not None:
             meta["decision"] = Decision.from_dict(meta["decision"])
-        yield TurnRecord(
-            messages=messages or [], raw_response=raw or None, raw_request=body or None, **meta
-        )
+        yield TurnRecord(raw_response=raw or None, raw_request=body or None, **meta)

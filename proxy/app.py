@@ -30,6 +30,7 @@ from proxy.config import Settings
 from proxy.engine import Engine
 from proxy.errors import HandoffError, Unauthorized, error_body
 from proxy.inspect_api import create_inspect_app
+from proxy.log import log_request
 from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
 from proxy.request_log import REQUEST_FIELDS
@@ -97,7 +98,9 @@ def request_logger() -> Middleware:
             return resp
         finally:
             latency_ms = round((time.perf_counter() - t0) * 1000, 2)
-            log.info("request", **fields, status=status, latency_ms=latency_ms)
+            fields["status"] = status
+            fields["latency_ms"] = latency_ms
+            log_request(request_id, fields)
 
     return request_log
 

@@ -39,7 +39,7 @@ def compute_budget(
     override_margin: float | None = None,
 ) -> Budget:
     """The prompt budget for ``body`` sent to the model described by ``info``."""
-    reserved = _requested_output(body)
+    reserved = requested_output(body)
     if reserved is None:
         reserved = min(info.max_output_tokens, tokens.default_max_output_tokens)
     if override_margin is not None:
@@ -51,7 +51,8 @@ def compute_budget(
     return Budget(info.context_window, reserved, margin, budget)
 
 
-def _requested_output(body: Mapping[str, Any]) -> int | None:
+def requested_output(body: Mapping[str, Any]) -> int | None:
+    """The output the request reserves (``max_completion_tokens``, else ``max_tokens``)."""
     for key in ("max_completion_tokens", "max_tokens"):
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:

@@ -22,7 +22,7 @@ import structlog
 from policies.base import CountTokens, PolicyContext, Summarize
 from policies.chain import Compression, build_chain, compress
 from policies.errors import ContextTooLarge as PinnedTooLarge
-from proxy.budget import Budget, budget_headers, compute_budget
+from proxy.budget import Budget, budget_headers, compute_budget, requested_output
 from proxy.chat_request import ChatRequest
 from proxy.config import Settings
 from proxy.cut_memory import CutMemory, conversation_key
@@ -57,6 +57,23 @@ class _Target:
     info: ModelInfo
     counter: ModelCounter
     budget: Budget
+    # A passthrough decided by the byte bound alone is the same for every request to
+    # this target: its decision (frozen, so shared) and headers are built once.
+    fast_decision: Decision
+    fast_headers: Mapping[str, str]
+
+    @classmethod
+    def of(cls, info: ModelInfo, counter: ModelCounter, budget: Budget) -> _Target:
+        exact = counter.exact
+        decision = Decision(
+            action="passthrough", window=budget.window, budget=budget.budget, exact=exact
+        )
+        headers = _headers(budget, None, exact, "passthrough", ())
+        return cls(info, counter, budget, decision, headers)
+
+
+_MAX_TARGETS = 4096
+"""Memoised (model, upstream, requested output) targets; cleared whole when full."""
 
 
 class Engine:
@@ -75,6 +92,7 @@ class Engine:
         self.summarizers = summarizers
         self.cuts = CutMemory(capacity=4096)
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
+        self._targets: dict[tuple[str, str, int | None], _Target] = {}
         self._warned: set[str] = set()
 
     async def plan(
@@ -93,7 +111,7 @@ class Engine:
         if info is None:
             self._warn_unknown(req.model)
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
-        target = await self._target(req, info, hard_limit)
+        target = await self._target(req, up, info, hard_limit)
         budget = target.budget
         bound = raw_bound(req)
         if bound is None or budget.budget < bound <= 2 * budget.budget:
@@ -113,7 +131,7 @@ class Engine:
             # Our count fit the limit the upstream enforces, so the count ran low:
             # aim below what was just refused.
             budget = _capped(budget, int(tokens * RETRY_SHRINK))
-            target = _Target(target.info, target.counter, budget)
+            target = _Target.of(target.info, target.counter, budget)
         if hard_limit is None and tokens <= budget.budget:
             return self._passthrough(req, target, tokens, counted)
         if not (up.compress and self.settings.compression.enabled):
@@ -150,7 +168,26 @@ class Engine:
         if raw:
             self.calibration.observe(req.model, raw, actual)
 
-    async def _target(self, req: ChatRequest, info: ModelInfo, hard_limit: int | None) -> _Target:
+    async def _target(
+        self, req: ChatRequest, up: Upstream, info: ModelInfo, hard_limit: int | None
+    ) -> _Target:
+        """The window, counter and budget for this request; memoised per model, upstream
+        and requested output (all a budget depends on besides static settings), and
+        rebuilt when the registry resolves the model afresh (new ``info`` object)."""
+        if hard_limit is not None:
+            return await self._build_target(req, info, hard_limit)
+        key = (req.model, up.name, requested_output(req.body))
+        target = self._targets.get(key)
+        if target is None or target.info is not info:
+            target = await self._build_target(req, info, None)
+            if len(self._targets) >= _MAX_TARGETS:
+                self._targets.clear()
+            self._targets[key] = target
+        return target
+
+    async def _build_target(
+        self, req: ChatRequest, info: ModelInfo, hard_limit: int | None
+    ) -> _Target:
         counter = await self._counter(req.model, info)
         override = self.registry.override_for(req.model)
         margin = override.margin if override is not None else None
@@ -163,7 +200,7 @@ class Engine:
         budget = compute_budget(info, req.body, self.settings.tokens, counter.exact, margin)
         if hard_limit == 0:
             budget = _capped(budget, int(budget.budget * RETRY_SHRINK))
-        return _Target(info, counter, budget)
+        return _Target.of(info, counter, budget)
 
     async def _counter(self, model: str, info: ModelInfo) -> ModelCounter:
         key = (model, info.tokenizer)  # the registry already merged any config override
@@ -194,6 +231,11 @@ class Engine:
         note: str = "",
         bound: int | None = None,
     ) -> Plan:
+        if tokens is None and not note:
+            decision, headers = target.fast_decision, dict(target.fast_headers)
+            if bound is not None:
+                headers["x-handoff-tokens-bound"] = str(bound)
+            return Plan(body=req.raw, decision=decision, headers=headers, counter=target.counter)
         exact = target.counter.exact
         decision = Decision(
             action="passthrough",

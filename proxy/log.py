@@ -14,7 +14,9 @@ import functools
 import logging
 import re
 import sys
+import time
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -37,13 +39,21 @@ def _secret_key(key: str) -> bool:
     return key not in _SAFE_KEYS and _SECRET_KEYS.search(key) is not None
 
 
+def _may_hold_secret(value: str) -> bool:
+    # Each pattern starts with one of these literals; substring tests are ~3x cheaper
+    # than the regex search, and nearly every logged value fails all four.
+    if "sk-" in value or "Bearer" in value or "AKIA" in value or "gh" in value:
+        return _SECRET_VALUES.search(value) is not None
+    return False
+
+
 def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in event.items():
         if not isinstance(value, str):
             continue
         if _secret_key(key):
             event[key] = "[redacted]"
-        elif len(value) >= _SHORTEST_SECRET and _SECRET_VALUES.search(value) is not None:
+        elif len(value) >= _SHORTEST_SECRET and _may_hold_secret(value):
             event[key] = _SECRET_VALUES.sub("[redacted]", value)
     return event
 
@@ -76,6 +86,35 @@ def _orjson_dumps(event: Any, **_: Any) -> bytes:
     return orjson.dumps(event, default=str)
 
 
+@dataclass(slots=True)
+class _RequestEvents:
+    json: bool = False
+    enabled: bool = True
+
+
+_request_events = _RequestEvents()
+_request_log = structlog.get_logger("handoff.app")
+
+
+def log_request(request_id: str, fields: dict[str, Any]) -> None:
+    """Log the canonical ``request`` event (one per request; ``fields`` is consumed).
+
+    In JSON format the line is rendered here, exactly as the processor chain below
+    would render it (same keys in the same order, same scrubbing): that chain costs
+    ~20 µs a call, a third of what a passthrough request costs beyond the bare
+    forwarder. Every other event, and the console format, goes through structlog."""
+    if not _request_events.enabled:
+        return
+    if not _request_events.json:
+        _request_log.info("request", **fields)
+        return
+    fields["event"] = "request"
+    fields["request_id"] = request_id
+    fields["level"] = "info"
+    fields["timestamp"] = time.time()
+    _Stderr().msg(orjson.dumps(scrub_secrets(None, "", fields), default=str))
+
+
 def configure_logging(
     fmt: Literal["console", "json"] = "console", level: int = logging.INFO
 ) -> None:
@@ -89,6 +128,8 @@ def configure_logging(
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         stamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    _request_events.json = fmt == "json"
+    _request_events.enabled = level <= logging.INFO
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

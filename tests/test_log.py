@@ -1,0 +1,79 @@
+"""The canonical request event: rendered directly in JSON, identical to structlog's line."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from proxy.log import configure_logging, log_request
+
+
+@pytest.fixture
+def json_logs() -> Iterator[None]:
+    configure_logging("json")
+    yield
+    configure_logging("console")
+
+
+def _fields() -> dict[str, object]:
+    return {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "model": "gpt-4o-mini",
+        "stream": False,
+        "bytes_out": 512,
+        "status": 200,
+        "latency_ms": 1.25,
+    }
+
+
+def _lines(err: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in err.splitlines() if line.strip()]
+
+
+def test_fast_request_line_matches_structlog(
+    json_logs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    structlog.contextvars.bind_contextvars(request_id="req-1")
+    try:
+        structlog.get_logger("handoff.app").info("request", **_fields())
+        log_request("req-1", _fields())
+    finally:
+        structlog.contextvars.unbind_contextvars("request_id")
+    slow, fast = _lines(capsys.readouterr().err)
+    assert list(fast) == list(slow)  # same keys, same order
+    assert {**fast, "timestamp": 0} == {**slow, "timestamp": 0}
+    assert isinstance(fast["timestamp"], float)
+
+
+def test_fast_request_line_scrubs_secrets(
+    json_logs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fields = {**_fields(), "model": "sk-live-abcdefghijklmnop", "api_key": "hunter2"}
+    log_request("req-2", fields)
+    err = capsys.readouterr().err
+    assert "sk-live-abcdefghijklmnop" not in err and "hunter2" not in err
+    (line,) = _lines(err)
+    assert line["model"] == "[redacted]" and line["api_key"] == "[redacted]"
+
+
+def test_request_events_follow_the_level(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("json", logging.WARNING)
+    try:
+        log_request("req-3", _fields())
+    finally:
+        configure_logging("console")
+    assert capsys.readouterr().err == ""
+
+
+def test_console_request_line_goes_through_structlog(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging("console")
+    log_request("req-4", _fields())
+    err = capsys.readouterr().err
+    assert "request" in err and "gpt-4o-mini" in err and "latency_ms" in err

@@ -11,6 +11,7 @@ from proxy.app import create_app
 from proxy.build import store_writer
 from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
+from proxy.malloc_tuning import tune_malloc
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 
@@ -51,6 +52,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     configure_logging(settings.server.log_format)
+    tune_malloc()
     catch_all = args.upstream
     if not settings.upstreams and not catch_all:
         catch_all = DEFAULT_UPSTREAM

@@ -23,6 +23,7 @@ import orjson
 import structlog
 
 from proxy.log import configure_logging
+from proxy.malloc_tuning import tune_malloc
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import decode
 
@@ -120,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     configure_logging(args.log_format)
+    tune_malloc()  # it parses every request body too
     store = SqliteStore(
         args.path,
         flush_interval_s=args.flush_interval_s,

@@ -1,0 +1,47 @@
+"""Keep freed heap memory instead of handing it back to the kernel after every request.
+
+glibc returns the top of the heap to the kernel once 128 KiB are free there, so a
+request that parses and re-serialises a 32 KB body frees that memory, and the next
+request faults the same pages in again: ~18 page faults a request, each ~3 µs in a
+VM, more than the parse itself. Raising the trim and mmap thresholds keeps up to
+:data:`TRIM_BYTES` of free heap around (freed memory is still reused by the
+process, and bodies above :data:`MMAP_BYTES` still get their own mapping).
+
+Applied by ``handoff serve`` unless the environment already sets any ``MALLOC_*``
+variable, so an operator's own glibc tuning always wins.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+M_TRIM_THRESHOLD = -1
+M_TOP_PAD = -2
+M_MMAP_THRESHOLD = -3
+
+TRIM_BYTES = 32 << 20
+TOP_PAD_BYTES = 4 << 20
+MMAP_BYTES = 32 << 20
+
+
+def tune_malloc() -> bool:
+    """Set the thresholds; True if they were set (glibc only, and not overridden)."""
+    if any(k.startswith("MALLOC_") for k in os.environ):
+        return False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    # Setting any one of these turns glibc's dynamic mmap threshold off: set all three.
+    return all(
+        libc.mallopt(param, value) == 1
+        for param, value in (
+            (M_MMAP_THRESHOLD, MMAP_BYTES),
+            (M_TRIM_THRESHOLD, TRIM_BYTES),
+            (M_TOP_PAD, TOP_PAD_BYTES),
+        )
+    )

@@ -5,7 +5,9 @@ request that parses and re-serialises a 32 KB body frees that memory, and the ne
 request faults the same pages in again: ~18 page faults a request, each ~3 µs in a
 VM, more than the parse itself. Raising the trim and mmap thresholds keeps up to
 :data:`TRIM_BYTES` of free heap around (freed memory is still reused by the
-process, and bodies above :data:`MMAP_BYTES` still get their own mapping).
+process; blocks above :data:`MMAP_BYTES`, such as multi-megabyte bodies, still get
+their own mapping and are handed back when freed (with a 32 MiB threshold, 64
+concurrent 4 MB requests grew peak RSS by 2.2x the bytes in flight, not 1.4x).
 
 Applied by ``handoff serve`` unless the environment already sets any ``MALLOC_*``
 variable, so an operator's own glibc tuning always wins.
@@ -23,7 +25,7 @@ M_MMAP_THRESHOLD = -3
 
 TRIM_BYTES = 32 << 20
 TOP_PAD_BYTES = 4 << 20
-MMAP_BYTES = 32 << 20
+MMAP_BYTES = 1 << 20
 
 
 def tune_malloc() -> bool:

@@ -36,35 +36,50 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()
 
 
-def fingerprint(value: Any) -> str:
+def fingerprint(value: Any, memo: dict[int, Any] | None = None) -> str:
     """Short content hash carried by elision stubs."""
-    return hashlib.sha256(dumps(value)).hexdigest()[:16]
+    return content_digest(value, memo)[0]
 
 
-def _fp_of(value: Any) -> str:
+def content_digest(value: Any, memo: dict[int, Any] | None = None) -> tuple[str, int]:
+    """``value``'s fingerprint and canonical JSON size. ``memo`` (a context's) keeps them
+    by identity: a tool result is fingerprinted for its stub and again for the prefix
+    hash, and it is the bulk of a long history's bytes."""
+    if memo is not None:
+        hit = memo.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]  # type: ignore[no-any-return]
+    raw = dumps(value)
+    found = (hashlib.sha256(raw).hexdigest()[:16], len(raw))
+    if memo is not None:
+        memo[id(value)] = (value, found)  # the strong ref keeps id() unique
+    return found
+
+
+def _fp_of(value: Any, memo: dict[int, Any] | None) -> str:
     """The fingerprint of original content, read back from a stub if ``value`` is one."""
     if isinstance(value, str) and value.startswith((HANDOFF_MARK, '{"' + ARGS_KEY)):
         m = _FP.search(value)
         if m:
             return m.group(1)
-    return fingerprint(value)
+    return fingerprint(value, memo)
 
 
-def _canonical(m: Message) -> Any:
+def _canonical(m: Message, memo: dict[int, Any] | None) -> Any:
     role = m.get("role")
     if role in TOOL_ROLES:
-        return {**m, "content": _fp_of(m.get("content"))}
+        return {**m, "content": _fp_of(m.get("content"), memo)}
     calls = m.get("tool_calls")
     if role == "assistant" and isinstance(calls, list):
-        return {**m, "tool_calls": [_canonical_call(c) for c in calls]}
+        return {**m, "tool_calls": [_canonical_call(c, memo) for c in calls]}
     return m
 
 
-def _canonical_call(call: Any) -> Any:
+def _canonical_call(call: Any, memo: dict[int, Any] | None) -> Any:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or "arguments" not in fn:
         return call
-    return {**call, "function": {**fn, "arguments": _fp_of(fn["arguments"])}}
+    return {**call, "function": {**fn, "arguments": _fp_of(fn["arguments"], memo)}}
 
 
 def prefix_hash(messages: Sequence[Message], memo: dict[int, Any] | None = None) -> str:
@@ -82,7 +97,7 @@ def _digest(m: Message, memo: dict[int, Any] | None) -> bytes:
         hit = memo.get(id(m))
         if hit is not None and hit[0] is m:
             return hit[1]  # type: ignore[no-any-return]
-    digest = hashlib.sha256(dumps(_canonical(m))).digest()
+    digest = hashlib.sha256(dumps(_canonical(m, memo))).digest()
     if memo is not None:
         memo[id(m)] = (m, digest)  # the strong ref keeps id() unique
     return digest

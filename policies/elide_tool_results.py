@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
-from policies.cuts import ARGS_KEY, dumps, fingerprint, prefix_hash, size
+from policies.cuts import ARGS_KEY, content_digest, fingerprint, prefix_hash, size
 from policies.units import HANDOFF_MARK, TOOL_ROLES, as_dicts, tail_start
 
 
@@ -26,13 +26,14 @@ def _kb(n: int) -> str:
     return f"{n:,} B" if n < 1024 else f"{n / 1024:,.0f} KB"
 
 
-def tool_stub(message: Message, tokens: int) -> dict[str, Any]:
+def tool_stub(message: Message, tokens: int, memo: dict[int, Any] | None = None) -> dict[str, Any]:
     """The tool message with its content replaced by a stub (other fields kept)."""
     content = message.get("content")
     call = message.get("tool_call_id") or message.get("name") or "?"
+    fp, nbytes = content_digest(content, memo)
     text = (
-        f"{HANDOFF_MARK}tool output elided — {tokens:,} tokens, {_kb(len(dumps(content)))}; "
-        f"call_id {call}; sha256:{fingerprint(content)}]"
+        f"{HANDOFF_MARK}tool output elided — {tokens:,} tokens, {_kb(nbytes)}; "
+        f"call_id {call}; sha256:{fp}]"
     )
     return {**message, "content": text}
 
@@ -141,7 +142,7 @@ class ElideToolResults:
             return None
         if m.get("role") in TOOL_ROLES:
             tokens = size(ctx, m)
-            stub = tool_stub(m, tokens)
+            stub = tool_stub(m, tokens, ctx.memo)
         elif self.elide_arguments and m.get("role") == "assistant" and m.get("tool_calls"):
             calls = m["tool_calls"]
             tokens = size(ctx, m) - size(ctx, {**m, "tool_calls": []})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.cuts import prefix_hash
+from policies.cuts import content_digest, dumps, fingerprint, prefix_hash
 from policies.units import region, tail_start, units
 
 CALL = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
@@ -37,3 +37,20 @@ def test_prefix_hash_is_stable_and_sensitive() -> None:
     a = [{"role": "user", "content": "x"}]
     assert prefix_hash(a) == prefix_hash([{"content": "x", "role": "user"}])
     assert prefix_hash(a) != prefix_hash([{"role": "user", "content": "y"}])
+
+
+def test_memoised_digests_equal_fresh_ones() -> None:
+    """A context's memo changes the cost, never the result: the same fingerprint and
+    size for a content, and the same prefix hash, with or without it, and a memo that
+    saw one conversation does not leak into another built of equal-looking objects."""
+    memo: dict[int, Any] = {}
+    tool = {"role": "tool", "tool_call_id": "c", "content": "a long tool result " * 50}
+    assert content_digest(tool["content"], memo) == content_digest(tool["content"])
+    assert content_digest(tool["content"], memo) == (
+        fingerprint(tool["content"]),
+        len(dumps(tool["content"])),
+    )
+    conv = [*CONV, tool]
+    assert prefix_hash(conv, memo) == prefix_hash(conv) == prefix_hash(conv, memo)
+    other = [*CONV, {**tool, "content": "another result " * 50}]
+    assert prefix_hash(other, memo) == prefix_hash(other) != prefix_hash(conv)

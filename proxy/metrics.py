@@ -6,26 +6,73 @@ proxies in one process — as in the tests — keep separate figures.
 
 from __future__ import annotations
 
-from typing import Any
+import bisect
+import itertools
+from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from proxy.store.base import Decision, Store
 
+MAX_LABEL_SETS = 10_000
+OTHER_MODEL = "(other)"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class _RequestStats:
+    """Requests by route, model, decision and status, and upstream latency, as plain
+    dicts the event loop bumps (~0.5 µs; prometheus-client's labelled Counter and
+    Histogram take a lock and cost ~4 µs a request), turned into metric families
+    only when /metrics is scraped."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, str, str, str], int] = {}
+        self.latency: dict[str, list[float]] = {}  # per-bucket counts, then the sum
+
+    def observe(self, key: tuple[str, str, str, str], upstream: str, seconds: float) -> None:
+        n = self.requests.get(key)
+        if n is None and len(self.requests) >= MAX_LABEL_SETS:
+            # Model names come from clients: past the cap, new ones share one series.
+            key = (key[0], OTHER_MODEL, key[2], key[3])
+            n = self.requests.get(key)
+        self.requests[key] = (n or 0) + 1
+        hist = self.latency.get(upstream)
+        if hist is None:
+            hist = self.latency[upstream] = [0.0] * (len(_LATENCY_BUCKETS) + 2)
+        hist[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        hist[-1] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        # Copies first: a scrape runs in a worker thread while the loop keeps counting
+        # (list() of a dict's items is atomic under the GIL).
+        requests = CounterMetricFamily(
+            "handoff_requests",
+            "Chat requests by route, model and decision",
+            labels=["route", "model", "decision", "status"],
+        )
+        for labels, n in list(self.requests.items()):
+            requests.add_metric(labels, n)
+        yield requests
+        latency = HistogramMetricFamily(
+            "handoff_upstream_latency_seconds",
+            "Time from request to the end of the reply",
+            labels=["upstream"],
+        )
+        for upstream, hist in list(self.latency.items()):
+            counts = list(hist)
+            cumulative = list(itertools.accumulate(counts[:-1]))
+            bounds = [*(str(float(b)) for b in _LATENCY_BUCKETS), "+Inf"]
+            latency.add_metric([upstream], list(zip(bounds, cumulative, strict=True)), counts[-1])
+        yield latency
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._children: dict[tuple[str, str, str, int, str], tuple[Any, Any]] = {}
+        self._stats = _RequestStats()
+        self.registry.register(self._stats)
         r = self.registry
-        self.requests = Counter(
-            "handoff_requests",
-            "Chat requests by route, model and decision",
-            ["route", "model", "decision", "status"],
-            registry=r,
-        )
         self.tokens_counted = Counter(
             "handoff_tokens_counted",
             "Prompt tokens counted in client requests",
@@ -37,13 +84,6 @@ class Metrics:
         )
         self.tokens_saved = Counter(
             "handoff_tokens_saved", "Prompt tokens removed by compression", ["model"], registry=r
-        )
-        self.upstream_latency = Histogram(
-            "handoff_upstream_latency_seconds",
-            "Time from request to the end of the reply",
-            ["upstream"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
         self.summarizer_calls = Counter(
             "handoff_summarizer_calls", "Summarizer LLM calls", ["outcome"], registry=r
@@ -68,17 +108,7 @@ class Metrics:
         seconds: float,
     ) -> None:
         action = decision.action if decision else "none"
-        key = (route, model, action, status, upstream)
-        children = self._children.get(key)
-        if children is None:  # labels() takes a lock and builds a tuple: once per key
-            children = (
-                self.requests.labels(route, model, action, str(status)),
-                self.upstream_latency.labels(upstream),
-            )
-            if len(self._children) < 10_000:
-                self._children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self._stats.observe((route, model, action, str(status)), upstream, seconds)
         if decision is None or decision.tokens is None:
             return
         self.tokens_counted.labels(model).inc(decision.tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiohttp
 import openai
 
+from proxy.metrics import MAX_LABEL_SETS, OTHER_MODEL, Metrics
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
 
@@ -29,3 +30,20 @@ async def test_metrics_count_requests_and_tokens(
     assert 'model="gpt-4o"' in line and 'decision="passthrough"' in line and line.endswith(" 2.0")
     assert "handoff_upstream_latency_seconds_bucket" in text
     assert "handoff_store_queue_depth" in text
+
+
+def test_request_series_are_capped_and_the_histogram_adds_up() -> None:
+    """Client-chosen model names cannot grow /metrics without bound, and the latency
+    histogram's buckets are cumulative with a count equal to the requests."""
+    m = Metrics()
+    for i in range(MAX_LABEL_SETS + 5):
+        m.observe_chat("/v1/chat/completions", f"model-{i}", "up", 200, None, 0.02)
+    text = m.render(None).decode()
+    series = [ln for ln in text.splitlines() if ln.startswith("handoff_requests_total{")]
+    assert len(series) == MAX_LABEL_SETS + 1
+    other = next(ln for ln in series if f'model="{OTHER_MODEL}"' in ln)
+    assert other.endswith(" 5.0")
+    assert 'handoff_upstream_latency_seconds_bucket{le="0.01",upstream="up"} 0.0' in text
+    assert 'handoff_upstream_latency_seconds_bucket{le="0.025",upstream="up"} 10005.0' in text
+    assert 'handoff_upstream_latency_seconds_bucket{le="+Inf",upstream="up"} 10005.0' in text
+    assert 'handoff_upstream_latency_seconds_count{upstream="up"} 10005.0' in text

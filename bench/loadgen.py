@@ -179,9 +179,59 @@ async def stream(port: int, path: str, body: bytes, requests: int, seconds: floa
     return {"ok": len(runs), "errors": errors, "events_ms": runs}
 
 
+def conversation_bodies(spec: Result) -> list[bytes]:
+    """Each turn's request body: the history so far, one turn longer each time, as a
+    client resends it. ``spec`` holds ``model`` and ``turns`` (the messages each turn
+    adds; the last of them is the user's)."""
+    history: list[Any] = []
+    bodies = []
+    for added in spec["turns"]:
+        history.extend(added)
+        bodies.append(json.dumps({"model": spec["model"], "messages": history}).encode())
+    return bodies
+
+
+async def replay(
+    port: int, path: str, bodies: list[bytes], marker: bytes, tag: bytes, seconds: float
+) -> Result:
+    """Send one conversation's turns in order on one connection, each after the last
+    answer, as a chat client does. ``marker`` in the bodies becomes ``tag`` (same
+    length), so each replay is a conversation of its own, not a resend of the last."""
+    deadline = time.perf_counter() + seconds
+    loop = _Loop(limit=len(bodies), deadline=deadline)
+    t0 = time.perf_counter()
+    conn = await _connect(port)
+    try:
+        for body in bodies:
+            if not loop.take():
+                break
+            conn[1].write(encode_request(port, path, body.replace(marker, tag)))
+            status = await read_response(conn[0])
+            if status == 200:
+                loop.ok += 1
+            else:
+                loop.fail(f"status {status}")
+    finally:
+        conn[1].close()
+    elapsed = time.perf_counter() - t0
+    return {"ok": loop.ok, "errors": loop.errors, "elapsed_s": elapsed,
+            "rps": loop.ok / elapsed if elapsed > 0 else 0.0, "failures": loop.failures}  # fmt: skip
+
+
+_conversations: dict[str, list[bytes]] = {}
+
+
 def execute(spec: Result, bodies: dict[str, bytes]) -> Result:
-    """Run one command: ``{"op": "closed"|"stream", "port", "path", "body_file", ...}``."""
+    """Run one command: ``{"op": "closed"|"stream"|"replay", "port", "path", "body_file",
+    ...}``; for ``replay`` the file is a conversation (see :func:`conversation_bodies`)."""
     file = spec["body_file"]
+    if spec["op"] == "replay":
+        if file not in _conversations:
+            _conversations[file] = conversation_bodies(json.loads(Path(file).read_bytes()))
+        return asyncio.run(
+            replay(spec["port"], spec.get("path", "/v1/chat/completions"), _conversations[file],
+                   spec["marker"].encode(), spec["tag"].encode(), spec["seconds"])
+        )  # fmt: skip
     if file not in bodies:
         bodies[file] = Path(file).read_bytes()
     body = bodies[file]

@@ -32,6 +32,7 @@ class Plan:
     chunk_delay_ms: int = 5
     big_concurrency: int = 64
     step_seconds: float = 20.0
+    conversation_turns: int = 500
 
 
 FULL = Plan(
@@ -41,7 +42,7 @@ FULL = Plan(
 QUICK = Plan(
     rounds=2, cpu_requests=100, lat_requests=40, tput_seconds=0.3, stream_requests=2,
     big_bytes=256 << 10, use_wrk=False, warm_requests=20, chunks=4, chunk_delay_ms=2,
-    step_seconds=5.0,
+    step_seconds=5.0, conversation_turns=20,
 )  # fmt: skip
 
 

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import chart, measure, report
+from bench import chart, conversation, measure, report
 from bench.clients import LoadGen, Wrk
-from bench.measure import Bench, Plan, Row
+from bench.measure import Bench, Plan, Row, interleave, median
 from bench.procs import (
     Cores,
     Fleet,
@@ -190,7 +190,60 @@ STORE_SETUPS = (
 
 
 def _store(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores) -> list[Row]:
-    return [_store_row(b, fleet, upstream, handoff, cores, *setup) for setup in STORE_SETUPS]
+    rows = [_store_row(b, fleet, upstream, handoff, cores, *setup) for setup in STORE_SETUPS]
+    return [*rows, _conversation_row(b, fleet, upstream, handoff, cores)]
+
+
+def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server,
+                      cores: Cores) -> Row:  # fmt: skip
+    """Issue 5's own workload: a 500-turn conversation replayed turn after turn (each
+    replay a new conversation), snapshots on (writer process) against off."""
+    what = "snapshots on vs off: a 500-turn conversation replayed, writer process"
+    conv = fleet.workdir / "conversation.json"
+    sizes = conversation.write(conv, b.plan.conversation_turns)
+    db = fleet.workdir / "s-conversation.db"
+    try:
+        stored = start_handoff(fleet, "handoff-store-conversation", upstream, cores.server, db,
+                               {"HANDOFF_STORE__WRITER": "process"})  # fmt: skip
+    except RuntimeError as e:
+        return not_available(what, f"handoff with --store did not start ({_last_line(e)})")
+    _say("snapshots on vs off (500-turn conversation)")
+    try:
+        writer_pid = store_writer_pid(stored.proc.pid)
+        if writer_pid is not None:
+            pin_threads(writer_pid, cores.client)
+        replays = iter(range(1, 10_000))
+        sent = {handoff.name: 0, stored.name: 0}
+
+        def once(t: Server) -> float:
+            r = b.lg.run(op="replay", port=t.port, body_file=str(conv), marker=conversation.MARKER,
+                         tag=f"ROUND-{next(replays):04d}", seconds=b.plan.step_seconds * 3)  # fmt: skip
+            sent[t.name] += int(r["ok"])
+            return float(r["rps"])
+
+        once(handoff), once(stored)  # warm: first parses, pools, the writer's caches
+        warm_sent = sent[stored.name]
+        _wait_recorded(db, warm_sent, limit=60.0)
+        cpu0 = cpu_seconds(writer_pid) if writer_pid is not None else 0.0
+        per = interleave(b.plan.rounds, [handoff, stored], once)
+        b.raw["rps_conversation_replay"] = per
+        recorded = _wait_recorded(db, sent[stored.name], limit=60.0)
+        if writer_pid is not None:
+            settle([writer_pid])
+            turns = max(1, sent[stored.name] - warm_sent)
+            writer = f"; the writer process used {(cpu_seconds(writer_pid) - cpu0) * 1e3 / turns:.2f} ms of CPU a turn on the client's core"
+        else:
+            writer = ""
+        h, f = median(per[stored.name]), median(per[handoff.name])
+        ratio = h / f if f else None
+        note = (f"{sizes['turns']} turns, {sizes['messages']:,} messages, final history "
+                f"{sizes['final_history_bytes'] / 1024:,.0f} KB; {recorded:,} of "
+                f"{sent[stored.name]:,} turns recorded ({warm_sent} in the warm-up replay)"
+                f"{writer}")  # fmt: skip
+        return Row(what, "snapshots off (--no-store)", h, f, "turns/s", ratio, "ratio",
+                   "≥ 0.9×", ratio is not None and ratio >= 0.9, note)  # fmt: skip
+    finally:
+        fleet.stop(stored)
 
 
 def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores,
@@ -226,6 +279,15 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores:
         return row
     finally:
         fleet.stop(stored)
+
+
+def _wait_recorded(db: Path, expected: int, limit: float) -> int:
+    """Turns in ``db`` once ``expected`` are there, or after ``limit`` seconds (the
+    writer batches, so the last turns land up to a flush interval later)."""
+    deadline = time.monotonic() + limit
+    while (n := _turns_stored(db)) < expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return n
 
 
 def _turns_stored(db: Path) -> int:

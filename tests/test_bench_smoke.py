@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -101,8 +102,11 @@ def test_quick_run_writes_well_formed_results(tmp_path: Path) -> None:
     assert all(set(row) >= ROW_KEYS for row in data["rows"])
     for needle in ("CPU per request, 1KB", "CPU per request, 32KB", "concurrency 1, p50",
                    "concurrency 16", "concurrency 64", "time to first chunk",
-                   "snapshots on", "peak RSS"):  # fmt: skip
+                   "snapshots on", "500-turn conversation", "peak RSS"):  # fmt: skip
         assert any(needle in w for w in whats), needle
+    replay = next(r for r in data["rows"] if "500-turn conversation" in r["what"])
+    recorded = re.search(r"([\d,]+) of ([\d,]+) turns recorded", replay["note"])
+    assert recorded and recorded.group(1) == recorded.group(2) != "0", replay["note"]
     measured = [r for r in data["rows"] if r["kind"] == "ratio"]
     assert measured and all(r["figure"] > 0 for r in measured)
     md = (tmp_path / "results.md").read_text()

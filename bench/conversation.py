@@ -14,47 +14,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+from bench.bench_store import WORDS
+
 MARKER = "ROUND-0000"
 MODEL = "gpt-4.1"  # a 1M-token window: the whole conversation passes through unchanged
-WORDS = (
-    "the",
-    "request",
-    "model",
-    "window",
-    "token",
-    "history",
-    "message",
-    "stream",
-    "reply",
-    "tool",
-    "call",
-    "result",
-    "file",
-    "test",
-    "module",
-    "config",
-    "error",
-    "value",
-    "list",
-    "returns",
-    "function",
-    "store",
-    "session",
-    "summary",
-    "policy",
-    "budget",
-    "count",
-    "cache",
-    "path",
-    "build",
-    "run",
-    "check",
-    "fix",
-    "python",
-    "async",
-    "await",
-    "context",
-)
 
 
 def _prose(rng: random.Random, lo: int, hi: int) -> str:

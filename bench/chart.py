@@ -22,6 +22,11 @@ def target_value(target: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def _short(what: str, limit: int = 52) -> str:
+    """A label that fits left of the bars (~6.5 px a character at 12 px)."""
+    return what if len(what) <= limit else what[: limit - 1].rstrip(" ,:") + "…"
+
+
 def _panel(title: str, rows: Sequence[Row], top: int, unit: str) -> tuple[list[str], int]:
     values = [abs(r.figure or 0.0) for r in rows] + [target_value(r.target) or 0 for r in rows]
     scale_max = max([*values, 1e-9]) * 1.15
@@ -32,7 +37,9 @@ def _panel(title: str, rows: Sequence[Row], top: int, unit: str) -> tuple[list[s
     for r in rows:
         value = r.figure or 0.0
         w = max(1.0, abs(value) / scale_max * span)
-        out.append(f'<text x="{LABEL - 8}" y="{y + 13}" class="label">{escape(r.what)}</text>')
+        out.append(
+            f'<text x="{LABEL - 8}" y="{y + 13}" class="label">{escape(_short(r.what))}</text>'
+        )
         out.append(
             f'<rect x="{zero}" y="{y}" width="{w:.1f}" height="{BAR_H}" '
             f'fill="{COLOURS[r.passed]}"/>'

@@ -198,7 +198,7 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server,
                       cores: Cores) -> Row:  # fmt: skip
     """Issue 5's own workload: a 500-turn conversation replayed turn after turn (each
     replay a new conversation), snapshots on (writer process) against off."""
-    what = "snapshots on vs off: a 500-turn conversation replayed, writer process"
+    what = "snapshots on/off: 500-turn conversation, writer process"
     conv = fleet.workdir / "conversation.json"
     sizes = conversation.write(conv, b.plan.conversation_turns)
     db = fleet.workdir / "s-conversation.db"
@@ -248,7 +248,7 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server,
 
 def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores,
                writer: str, where: str, target: float | None) -> Row:  # fmt: skip
-    what = f"snapshots on vs off: throughput at concurrency 16, {where}"
+    what = f"snapshots on/off: c16 resends of one request, writer {writer}"
     try:
         stored = start_handoff(fleet, f"handoff-store-{writer}", upstream, cores.server,
                                fleet.workdir / f"s-{writer}.db", {"HANDOFF_STORE__WRITER": writer})  # fmt: skip
@@ -268,13 +268,14 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores:
             cpu0, turns0 = cpu_seconds(writer_pid), _turns_stored(db)
         row = measure.throughput(b, handoff, stored, 16, f"snapshots on, {writer}", target or 0)
         row.what, row.compared_with = what, "snapshots off (--no-store)"
+        row.note = where
         if target is None:
             row.target, row.passed = "reported", None
         if writer_pid is not None:
             settle([writer_pid])
             turns = _turns_stored(db) - turns0
             cpu_ms = (cpu_seconds(writer_pid) - cpu0) * 1e3
-            row.note = (f"the writer process (pinned with the load generator) used "
+            row.note = (f"{where}: the writer process (pinned with the load generator) used "
                         f"{cpu_ms / max(turns, 1):.3f} ms of CPU per turn ({turns:,} turns)")  # fmt: skip
         return row
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from policies.base import CutState, Message, PolicyContext
-from policies.units import HANDOFF_MARK, TOOL_ROLES, Region
+from policies.units import HANDOFF_MARK, TOOL_ROLES, Region, called_function
 
 _FP = re.compile(r"sha256:([0-9a-f]{16})\]?\"?\}?$")
 ARGS_KEY = "handoff_elided"
@@ -149,12 +149,9 @@ def preview(message: Message, limit: int = 80) -> str:
     elif isinstance(content, list):
         parts = [p.get("text") for p in content if isinstance(p, dict)]
         text = " ".join(t for t in parts if isinstance(t, str)) or "[non-text content]"
-    if not text and message.get("tool_calls"):
-        names = [
-            str((c.get("function") or {}).get("name", "?"))
-            for c in message["tool_calls"]
-            if isinstance(c, dict)
-        ]
+    calls = message.get("tool_calls")
+    if not text and calls and isinstance(calls, list):
+        names = [str(called_function(c).get("name", "?")) for c in calls if isinstance(c, dict)]
         text = "called " + ", ".join(names)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -19,7 +19,7 @@ import orjson
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
 from policies.cuts import ARGS_KEY, content_digest, fingerprint, prefix_hash, size
-from policies.units import HANDOFF_MARK, TOOL_ROLES, as_dicts, tail_start
+from policies.units import HANDOFF_MARK, TOOL_ROLES, as_dicts, called_function, tail_start
 
 
 def _kb(n: int) -> str:
@@ -51,8 +51,10 @@ def _is_stub(message: Message) -> bool:
     content = message.get("content")
     if message.get("role") in TOOL_ROLES:
         return isinstance(content, str) and content.startswith(HANDOFF_MARK)
-    calls = message.get("tool_calls") or []
-    return any(f'"{ARGS_KEY}"' in str((c.get("function") or {}).get("arguments")) for c in calls)
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return False
+    return any(f'"{ARGS_KEY}"' in str(called_function(c).get("arguments")) for c in calls)
 
 
 class ElideToolResults:

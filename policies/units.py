@@ -21,6 +21,13 @@ HANDOFF_MARK = "[handoff: "
 """Every message or stub handoff writes starts with this, so it is recognisable."""
 
 
+def called_function(call: Any) -> dict[str, Any]:
+    """A tool call's ``function`` object, or ``{}`` when the call or it is not an
+    object: clients send anything, and the upstream, not a policy, should refuse it."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    return fn if isinstance(fn, dict) else {}
+
+
 def as_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The messages as a new list of dicts; dicts are shared, never copied or mutated."""
     return [m if isinstance(m, dict) else dict(m) for m in messages]

@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from policies.units import called_function
+
 Message = Mapping[str, Any]
 
 SYSTEM_PROMPT = """You compress the earlier part of a conversation between a user and an \
@@ -70,10 +72,12 @@ def render_transcript(messages: Sequence[Message], max_tool_chars: int = 2000) -
         text = _text(m.get("content")) or str(m.get("refusal") or "")
         if text:
             lines.append(f"[{role}]\n{text}")
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {} if isinstance(call, dict) else {}
+        calls = m.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            fn = called_function(call)
             args = _clip(str(fn.get("arguments", "")), max_tool_chars // 4)
-            lines.append(f"[{role} calls {fn.get('name', '?')} {call.get('id', '')}] {args}")
+            call_id = call.get("id", "") if isinstance(call, dict) else ""
+            lines.append(f"[{role} calls {fn.get('name', '?')} {call_id}] {args}")
     return "\n\n".join(lines)
 
 

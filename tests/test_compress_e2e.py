@@ -279,3 +279,27 @@ async def test_huge_max_tokens_is_blamed_not_the_messages(
     err = json.loads(data)["error"]
     assert status == 400 and err["param"] == "max_tokens"
     assert "9,000" in err["message"]
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [[{"id": "", "function": [None]}], ["not a call"], {"id": "c"}],
+    ids=["function-a-list", "call-a-string", "tool-calls-an-object"],
+)
+async def test_malformed_tool_calls_reach_a_clean_answer_when_compressing(
+    exact_upstream: FakeUpstream, make_proxy: MakeProxy, calls: Any
+) -> None:
+    """Found by the fuzz test: tool calls of the wrong shape in a conversation that must
+    be compressed crashed the policies (a 500). Now they get a 4xx: handoff's own when
+    nothing can fit, else the upstream's judgement of the rewritten body."""
+    proxy = await make_proxy(exact_upstream.url, models=MODELS_CONFIG)
+    history = [
+        {"role": "system", "content": None, "tool_calls": calls},
+        *[{"role": "user" if i % 2 else "assistant", "content": "word " * 300} for i in range(60)],
+        {"role": "user", "content": "and now?"},
+    ]
+    for max_tokens in (9_223_372_036_854_775_806, 100):
+        body = {"model": "small-8k", "messages": history, "max_tokens": max_tokens}
+        status, _, data = await _post(proxy.url, body)
+        assert 400 <= status < 500, (status, data[:300])
+        assert "error" in json.loads(data)

@@ -209,6 +209,10 @@ def check_tool_pairing(messages: Sequence[Mapping[str, Any]]) -> None:
         raise _unanswered(open_at, pending)
 
 
+MAX_N = 128
+"""OpenAI's bound on ``n`` (choices per request)."""
+
+
 def validate_chat(body: Any) -> JSON:
     """Return the body if OpenAI would accept it, else raise its ``ApiError``."""
     if not isinstance(body, dict):
@@ -229,6 +233,14 @@ def validate_chat(body: Any) -> JSON:
     for i, message in enumerate(messages):
         _check_message(i, message)
     check_tool_pairing(messages)
+    n = body.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool)):
+        raise _invalid_type("n", "an integer", n)
+    if isinstance(n, int) and not 1 <= n <= MAX_N:
+        side, bound = ("above maximum", f"<= {MAX_N}") if n > MAX_N else ("below minimum", ">= 1")
+        text = f"Invalid 'n': integer {side} value. Expected a value {bound}, but got {n} instead."
+        code = "integer_above_max_value" if n > MAX_N else "integer_below_min_value"
+        raise openai_error(text, param="n", code=code)
     if body.get("stream_options") is not None and body.get("stream") is not True:
         text = "The 'stream_options' parameter is only allowed when 'stream' is enabled."
         raise openai_error(text, param="stream_options")

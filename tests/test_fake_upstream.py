@@ -237,6 +237,16 @@ async def test_paired_tool_conversation_is_accepted(client: AsyncOpenAI) -> None
             "stream_options",
             None,
         ),
+        (
+            b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], "n": 100000000}',
+            "n",
+            "integer_above_max_value",
+        ),
+        (
+            b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}], "n": 0}',
+            "n",
+            "integer_below_min_value",
+        ),
     ],
 )
 async def test_bad_bodies_get_openai_400s(

@@ -10,6 +10,8 @@ A last-line scrubber drops anything that looks like a credential, so a careless
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 import re
@@ -90,6 +92,36 @@ def _orjson_dumps(event: Any, **_: Any) -> bytes:
 class _RequestEvents:
     json: bool = False
     enabled: bool = True
+    pending: Any = None  # the buffer a flush is scheduled for
+
+
+def _write_batched(line: bytes) -> None:
+    """Write a request line now and flush it at the end of this event-loop iteration,
+    once for all the lines the iteration wrote: a flush is a write(2), ~15 µs a
+    request in a VM, and under load many requests finish per iteration. Outside a
+    running loop, or to a text-only stream, the line is flushed at once."""
+    stream = sys.stderr
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        _Stderr().msg(line)
+        return
+    buffer.write(line + b"\n")
+    if _request_events.pending is buffer:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        buffer.flush()
+        return
+    _request_events.pending = buffer
+    loop.call_soon(_flush, buffer)
+
+
+def _flush(buffer: Any) -> None:
+    if _request_events.pending is buffer:
+        _request_events.pending = None
+    with contextlib.suppress(OSError, ValueError):  # a closed or broken stream: drop
+        buffer.flush()
 
 
 _request_events = _RequestEvents()
@@ -112,7 +144,7 @@ def log_request(request_id: str, fields: dict[str, Any]) -> None:
     fields["request_id"] = request_id
     fields["level"] = "info"
     fields["timestamp"] = time.time()
-    _Stderr().msg(orjson.dumps(scrub_secrets(None, "", fields), default=str))
+    _write_batched(orjson.dumps(scrub_secrets(None, "", fields), default=str))
 
 
 def configure_logging(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Iterator
@@ -77,3 +78,48 @@ def test_console_request_line_goes_through_structlog(
     log_request("req-4", _fields())
     err = capsys.readouterr().err
     assert "request" in err and "gpt-4o-mini" in err and "latency_ms" in err
+
+
+class _CountingBuffer:
+    def __init__(self) -> None:
+        self.data = b""
+        self.flushes = 0
+
+    def write(self, b: bytes) -> int:
+        self.data += b
+        return len(b)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.buffer = _CountingBuffer()
+
+
+async def test_request_lines_are_flushed_once_per_loop_iteration(
+    json_logs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load many requests finish in one event-loop iteration: their lines are
+    written at once and flushed together when the iteration ends."""
+    stream = _Stream()
+    monkeypatch.setattr("sys.stderr", stream)
+    for i in range(5):
+        log_request(f"req-{i}", _fields())
+    assert stream.buffer.flushes == 0 and stream.buffer.data.count(b"\n") == 5
+    await asyncio.sleep(0)
+    assert stream.buffer.flushes == 1
+    log_request("req-5", _fields())
+    await asyncio.sleep(0)
+    assert stream.buffer.flushes == 2 and stream.buffer.data.count(b"\n") == 6
+
+
+def test_request_lines_outside_a_loop_are_flushed_at_once(
+    json_logs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = _Stream()
+    monkeypatch.setattr("sys.stderr", stream)
+    log_request("req-1", _fields())
+    log_request("req-2", _fields())
+    assert stream.buffer.flushes == 2

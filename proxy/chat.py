@@ -67,6 +67,13 @@ class _Turn:
     bytes_out: int = 0
     raw: bytes | None = None
     retried: bool = False
+    json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
+
+    def settle(self) -> None:
+        """Read reply, usage and error out of a non-streamed answer."""
+        if self.json_body is not None:
+            _fill_from_json(self, self.status, self.json_body)
+            self.json_body = None
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -100,6 +107,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             decision=plan.decision.action if plan.decision else None,
             bytes_out=turn.bytes_out,
         )
+        recorded = svc.store is not None or svc.settings.server.log_content
+        if recorded or (turn.json_body is not None and svc.planner.wants_usage(plan)):
+            turn.settle()  # unrecorded and not calibrating: the reply is never parsed
         if turn.usage is not None:
             svc.planner.observe(req, plan, turn.usage)
         svc.metrics.observe_chat(
@@ -138,7 +148,7 @@ async def _exchange(
             )
             plan = await svc.planner.plan(req, up, hard_limit=limit, client_headers=request.headers)
             continue
-        _fill_from_json(turn, resp.status, body)
+        turn.json_body = body
         turn.bytes_out = len(body)
         return web.Response(
             status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)

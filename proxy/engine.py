@@ -146,6 +146,12 @@ class Engine:
         for model in ("gpt-4o", "gpt-4"):
             self.tokens.for_model(model)
 
+    def wants_usage(self, plan: Plan) -> bool:
+        counter = plan.counter
+        return plan.decision is not None and (
+            bool(plan.raw_tokens) or (counter is not None and not counter.exact)
+        )
+
     def observe(self, req: ChatRequest, plan: Plan, usage: object) -> None:
         """Feed the upstream's true prompt size into calibration."""
         decision = plan.decision

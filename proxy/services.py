@@ -48,6 +48,10 @@ class Planner(Protocol):
         context-length error, for the one retry. ``client_headers`` carry the key a
         summarizer call on the same upstream needs."""
 
+    def wants_usage(self, plan: Plan) -> bool:
+        """Whether :meth:`observe` would learn from the upstream's ``usage`` for this
+        plan (if not, and nothing records the reply, it is never parsed)."""
+
     def observe(self, req: ChatRequest, plan: Plan, usage: object) -> None:
         """Learn from the upstream's usage figures (calibration)."""
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+
 import aiohttp
 import openai
 
+from proxy.app import GC_YOUNG_THRESHOLD
 from proxy.metrics import MAX_LABEL_SETS, OTHER_MODEL, Metrics
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
@@ -47,3 +50,14 @@ def test_request_series_are_capped_and_the_histogram_adds_up() -> None:
     assert 'handoff_upstream_latency_seconds_bucket{le="0.025",upstream="up"} 10005.0' in text
     assert 'handoff_upstream_latency_seconds_bucket{le="+Inf",upstream="up"} 10005.0' in text
     assert 'handoff_upstream_latency_seconds_count{upstream="up"} 10005.0' in text
+
+
+async def test_a_serving_proxy_collects_young_garbage_less_often(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy
+) -> None:
+    """While it serves, the young-generation threshold is raised (and put back after)."""
+    before = gc.get_threshold()
+    proxy = await make_proxy(fake_upstream.url)
+    assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+    await proxy.server.close()
+    assert gc.get_threshold() == before

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from proxy.malloc_tuning import MMAP_BYTES, TOP_PAD_BYTES, TRIM_BYTES
+from proxy.process_tuning import MMAP_BYTES, TOP_PAD_BYTES, TRIM_BYTES
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def pin(cpus: frozenset[int]) -> Callable[[], None]:
     return _pin
 
 
-# handoff serve keeps freed heap memory (proxy.malloc_tuning); every server here gets
+# handoff serve keeps freed heap memory (proxy.process_tuning); every server here gets
 # the same glibc settings, so the forwarder's floor is not held to a slower heap.
 SAME_HEAP = {
     "MALLOC_TRIM_THRESHOLD_": str(TRIM_BYTES),

@@ -33,6 +33,7 @@ from proxy.inspect_api import create_inspect_app
 from proxy.log import log_request
 from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
+from proxy.process_tuning import GC_YOUNG_THRESHOLD
 from proxy.request_log import REQUEST_FIELDS
 from proxy.services import SERVICES, Planner, Services
 from proxy.store.base import Store
@@ -193,10 +194,6 @@ def create_app(
         reader = SqliteReader(store.path)
         app.add_subapp("/handoff/v1", create_inspect_app(reader, settings.server.access_key))
     return app
-
-
-GC_YOUNG_THRESHOLD = 20_000
-"""Allocations between young collections (CPython's default: 700)."""
 
 
 async def _freeze_startup_objects(app: web.Application) -> AsyncIterator[None]:

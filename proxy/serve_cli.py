@@ -11,7 +11,7 @@ from proxy.app import create_app
 from proxy.build import store_writer
 from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
-from proxy.malloc_tuning import tune_malloc
+from proxy.process_tuning import tune_malloc
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 

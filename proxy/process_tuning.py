@@ -1,6 +1,6 @@
-"""Keep freed heap memory instead of handing it back to the kernel after every request.
+"""Heap and garbage-collector settings for a serving process (the proxy, the store writer).
 
-glibc returns the top of the heap to the kernel once 128 KiB are free there, so a
+Heap: glibc returns the top of the heap to the kernel once 128 KiB are free there, so a
 request that parses and re-serialises a 32 KB body frees that memory, and the next
 request faults the same pages in again: ~18 page faults a request, each ~3 µs in a
 VM, more than the parse itself. Raising the trim and mmap thresholds keeps up to
@@ -18,6 +18,10 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+
+GC_YOUNG_THRESHOLD = 20_000
+"""Allocations between young garbage collections in a serving process (CPython: 700);
+see ``proxy.app``. Here so that the store's writer process can use it without aiohttp."""
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2

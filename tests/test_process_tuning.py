@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from proxy.malloc_tuning import tune_malloc
+from proxy.process_tuning import tune_malloc
 
 glibc = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only"
@@ -18,7 +18,7 @@ glibc = pytest.mark.skipif(
 # the page faults per round after warming up.
 PROBE = """
 import resource, sys, orjson
-from proxy.malloc_tuning import tune_malloc
+from proxy.process_tuning import tune_malloc
 tuned = tune_malloc()
 raw = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 32768}]})
 for _ in range(200):

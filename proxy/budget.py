@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.config import TokenSettings
+from proxy.errors import ContextTooLarge
 from proxy.windows import ModelInfo
 
 
@@ -68,3 +69,42 @@ def budget_headers(budget: Budget, tokens: int, exact: bool) -> dict[str, str]:
         "x-handoff-tokens": str(tokens),
         "x-handoff-tokens-exact": "true" if exact else "false",
     }
+
+
+def capped(budget: Budget, limit: int) -> Budget:
+    """The same budget lowered to ``limit`` (the difference added to the margin)."""
+    limit = max(0, min(budget.budget, limit))
+    margin = budget.window - budget.reserved_output - limit
+    return Budget(budget.window, budget.reserved_output, margin, limit)
+
+
+def too_large(model: str, budget: Budget, pinned: int) -> ContextTooLarge:
+    """The 400 for a request whose pinned messages (``pinned`` tokens) cannot fit."""
+    if budget.reserved_output >= budget.window - budget.margin:
+        return ContextTooLarge(
+            f"max_tokens / max_completion_tokens ({budget.reserved_output:,}) leaves no room "
+            f"for any prompt in {model}'s {budget.window:,}-token window. Lower it.",
+            param="max_tokens",
+        )
+    return ContextTooLarge(
+        f"This conversation cannot fit {model}: its system prompt and newest user "
+        f"message alone take {pinned:,} tokens, over the model's prompt budget of "
+        f"{budget.budget:,} (window {budget.window:,} minus {budget.reserved_output:,} "
+        f"reserved for output and a {budget.margin:,}-token margin). Shorten them, lower "
+        "max_tokens, or use a model with a larger window.",
+        param="messages",
+    )
+
+
+def decision_headers(
+    budget: Budget, tokens: int | None, exact: bool, action: str, applied: tuple[str, ...]
+) -> dict[str, str]:
+    """:func:`budget_headers` plus the decision and the policies that changed something
+    (no ``x-handoff-tokens`` when nothing was counted)."""
+    headers = budget_headers(budget, tokens or 0, exact)
+    if tokens is None:
+        del headers["x-handoff-tokens"]
+    headers["x-handoff-decision"] = action
+    if applied:
+        headers["x-handoff-policy"] = ",".join(applied)
+    return headers

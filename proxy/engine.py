@@ -22,11 +22,17 @@ import structlog
 from policies.base import CountTokens, PolicyContext, Summarize
 from policies.chain import Compression, build_chain, compress
 from policies.errors import ContextTooLarge as PinnedTooLarge
-from proxy.budget import Budget, budget_headers, compute_budget, requested_output
+from proxy.budget import (
+    Budget,
+    capped,
+    compute_budget,
+    decision_headers,
+    requested_output,
+    too_large,
+)
 from proxy.chat_request import ChatRequest
 from proxy.config import Settings
 from proxy.cut_memory import CutMemory, conversation_key
-from proxy.errors import ContextTooLarge
 from proxy.services import Plan
 from proxy.store.base import Decision
 from proxy.tokens import Calibration, ModelCounter, TokenCounter
@@ -68,7 +74,7 @@ class _Target:
         decision = Decision(
             action="passthrough", window=budget.window, budget=budget.budget, exact=exact
         )
-        headers = _headers(budget, None, exact, "passthrough", ())
+        headers = decision_headers(budget, None, exact, "passthrough", ())
         return cls(info, counter, budget, decision, headers)
 
 
@@ -130,7 +136,7 @@ class Engine:
         if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
             # Our count fit the limit the upstream enforces, so the count ran low:
             # aim below what was just refused.
-            budget = _capped(budget, int(tokens * RETRY_SHRINK))
+            budget = capped(budget, int(tokens * RETRY_SHRINK))
             target = _Target.of(target.info, target.counter, budget)
         if hard_limit is None and tokens <= budget.budget:
             return self._passthrough(req, target, tokens, counted)
@@ -205,7 +211,7 @@ class Engine:
             info = dataclasses.replace(info, context_window=hard_limit)
         budget = compute_budget(info, req.body, self.settings.tokens, counter.exact, margin)
         if hard_limit == 0:
-            budget = _capped(budget, int(budget.budget * RETRY_SHRINK))
+            budget = capped(budget, int(budget.budget * RETRY_SHRINK))
         return _Target.of(info, counter, budget)
 
     async def _counter(self, model: str, info: ModelInfo) -> ModelCounter:
@@ -252,7 +258,7 @@ class Engine:
             exact=exact,
             steps=({"note": note},) if note else (),
         )
-        headers = _headers(target.budget, tokens, exact, "passthrough", ())
+        headers = decision_headers(target.budget, tokens, exact, "passthrough", ())
         if bound is not None:
             headers["x-handoff-tokens-bound"] = str(bound)
         return Plan(
@@ -286,7 +292,7 @@ class Engine:
         try:
             result = await compress(req.messages, ctx, chain)
         except PinnedTooLarge as e:
-            raise _too_large(req.model, target.budget, e.pinned_tokens) from None
+            raise too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
             self.cuts.put(key, result.cut)
         return self._compressed_plan(req, target, tokens, result, base(result.messages))
@@ -305,7 +311,7 @@ class Engine:
             policies=result.applied,
             steps=tuple(_step_dict(s) for s in result.steps),
         )
-        headers = _headers(
+        headers = decision_headers(
             target.budget, tokens, target.counter.exact, "compressed", result.applied
         )
         headers["x-handoff-forwarded-tokens"] = str(result.tokens_after)
@@ -355,42 +361,6 @@ def raw_bound(req: ChatRequest) -> int | None:
         ):
             return None
     return len(req.raw) + RAW_SLACK
-
-
-def _capped(budget: Budget, limit: int) -> Budget:
-    """The same budget lowered to ``limit`` (the difference added to the margin)."""
-    limit = max(0, min(budget.budget, limit))
-    margin = budget.window - budget.reserved_output - limit
-    return Budget(budget.window, budget.reserved_output, margin, limit)
-
-
-def _too_large(model: str, budget: Budget, pinned: int) -> ContextTooLarge:
-    if budget.reserved_output >= budget.window - budget.margin:
-        return ContextTooLarge(
-            f"max_tokens / max_completion_tokens ({budget.reserved_output:,}) leaves no room "
-            f"for any prompt in {model}'s {budget.window:,}-token window. Lower it.",
-            param="max_tokens",
-        )
-    return ContextTooLarge(
-        f"This conversation cannot fit {model}: its system prompt and newest user "
-        f"message alone take {pinned:,} tokens, over the model's prompt budget of "
-        f"{budget.budget:,} (window {budget.window:,} minus {budget.reserved_output:,} "
-        f"reserved for output and a {budget.margin:,}-token margin). Shorten them, lower "
-        "max_tokens, or use a model with a larger window.",
-        param="messages",
-    )
-
-
-def _headers(
-    budget: Budget, tokens: int | None, exact: bool, action: str, applied: tuple[str, ...]
-) -> dict[str, str]:
-    headers = budget_headers(budget, tokens or 0, exact)
-    if tokens is None:
-        del headers["x-handoff-tokens"]
-    headers["x-handoff-decision"] = action
-    if applied:
-        headers["x-handoff-policy"] = ",".join(applied)
-    return headers
 
 
 def _step_dict(step: Any) -> dict[str, Any]:

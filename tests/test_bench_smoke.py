@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -15,7 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bench.clients import parse_wrk
-from bench.loadgen import percentile, read_response
+from bench.loadgen import percentile, read_response, replay
 from bench.run import chat_body
 from bench.upstream import SSE_HEAD, chunk_delay, http_chunk, json_response, sse_events
 
@@ -113,3 +114,28 @@ def test_quick_run_writes_well_formed_results(tmp_path: Path) -> None:
     assert "| what | compared with |" in md and "Machine" in md
     svg = ET.fromstring((tmp_path / "chart.svg").read_text())
     assert svg.tag.endswith("svg") and len(list(svg.iter("{http://www.w3.org/2000/svg}rect"))) > 2
+
+
+async def test_replay_sends_each_turn_with_its_tag() -> None:
+    """loadgen's replay puts exactly the tagged bodies on the wire, in order."""
+    got: list[bytes] = []
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await r.readuntil(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length: (\d+)", head)
+                assert length is not None
+                got.append(await r.readexactly(int(length.group(1))))
+                w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                await w.drain()
+        w.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    bodies = [b'{"system": "ROUND-0000 x", "n": 1}', b'{"no marker": 2}']
+    result = await replay(port, "/v1/chat/completions", bodies, b"ROUND-0000", b"ROUND-0042", 5)
+    server.close()
+    await server.wait_closed()
+    assert result["ok"] == 2 and result["errors"] == 0
+    assert got == [b'{"system": "ROUND-0042 x", "n": 1}', b'{"no marker": 2}']

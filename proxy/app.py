@@ -33,7 +33,7 @@ from proxy.inspect_api import create_inspect_app
 from proxy.log import log_request
 from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
-from proxy.process_tuning import GC_YOUNG_THRESHOLD
+from proxy.process_tuning import raise_gc_threshold
 from proxy.request_log import REQUEST_FIELDS
 from proxy.services import SERVICES, Planner, Services
 from proxy.store.base import Store
@@ -205,8 +205,7 @@ async def _freeze_startup_objects(app: web.Application) -> AsyncIterator[None]:
     then aged into older generations to be walked again; at concurrency 64 a 20,000
     threshold cut CPU per request by ~8% (reference counting still frees everything
     that is not a cycle at once). Both undone at shutdown."""
-    thresholds = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
+    thresholds = raise_gc_threshold()
     gc.freeze()
     yield
     gc.unfreeze()

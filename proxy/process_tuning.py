@@ -16,12 +16,14 @@ variable, so an operator's own glibc tuning always wins.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import platform
 
 GC_YOUNG_THRESHOLD = 20_000
-"""Allocations between young garbage collections in a serving process (CPython: 700);
-see ``proxy.app``. Here so that the store's writer process can use it without aiohttp."""
+"""Allocations between young garbage collections in a serving process (CPython: 700):
+at 700 the collector ran every request or two and walked every in-flight request's
+objects again and again (see ``proxy.app``)."""
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
@@ -51,3 +53,11 @@ def tune_malloc() -> bool:
             (M_TOP_PAD, TOP_PAD_BYTES),
         )
     )
+
+
+def raise_gc_threshold() -> tuple[int, int, int]:
+    """Collect the young generation every :data:`GC_YOUNG_THRESHOLD` allocations;
+    returns the thresholds before, to put back."""
+    before = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *before[1:])
+    return before

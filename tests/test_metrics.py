@@ -7,8 +7,8 @@ import gc
 import aiohttp
 import openai
 
-from proxy.app import GC_YOUNG_THRESHOLD
 from proxy.metrics import MAX_LABEL_SETS, OTHER_MODEL, Metrics
+from proxy.process_tuning import GC_YOUNG_THRESHOLD
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
 

@@ -11,7 +11,6 @@ process group are ignored, so Ctrl-C cannot cut the drain short.
 from __future__ import annotations
 
 import argparse
-import gc
 import signal
 import struct
 import sys
@@ -24,7 +23,7 @@ import orjson
 import structlog
 
 from proxy.log import configure_logging
-from proxy.process_tuning import GC_YOUNG_THRESHOLD, tune_malloc
+from proxy.process_tuning import raise_gc_threshold, tune_malloc
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import decode
 
@@ -123,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
     configure_logging(args.log_format)
     tune_malloc()  # it parses every request body too
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # as the proxy does
+    raise_gc_threshold()  # as the proxy does
     store = SqliteStore(
         args.path,
         flush_interval_s=args.flush_interval_s,

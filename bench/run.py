@@ -228,12 +228,12 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server,
         per = interleave(b.plan.rounds, [handoff, stored], once)
         b.raw["rps_conversation_replay"] = per
         recorded = _wait_recorded(db, sent[stored.name], limit=60.0)
+        writer = ""
         if writer_pid is not None:
-            settle([writer_pid])
-            turns = max(1, sent[stored.name] - warm_sent)
-            writer = f"; the writer process used {(cpu_seconds(writer_pid) - cpu0) * 1e3 / turns:.2f} ms of CPU a turn on the client's core"
-        else:
-            writer = ""
+            per_turn = _writer_ms_per_turn(writer_pid, cpu0, sent[stored.name] - warm_sent)
+            writer = (
+                f"; the writer process used {per_turn:.2f} ms of CPU a turn on the client's core"
+            )
         h, f = median(per[stored.name]), median(per[handoff.name])
         ratio = h / f if f else None
         note = (f"{sizes['turns']} turns, {sizes['messages']:,} messages, final history "
@@ -274,12 +274,18 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores:
         if writer_pid is not None:
             settle([writer_pid])
             turns = _turns_stored(db) - turns0
-            cpu_ms = (cpu_seconds(writer_pid) - cpu0) * 1e3
+            per_turn = _writer_ms_per_turn(writer_pid, cpu0, turns)
             row.note = (f"{where}: the writer process (pinned with the load generator) used "
-                        f"{cpu_ms / max(turns, 1):.3f} ms of CPU per turn ({turns:,} turns)")  # fmt: skip
+                        f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns)")  # fmt: skip
         return row
     finally:
         fleet.stop(stored)
+
+
+def _writer_ms_per_turn(pid: int, cpu0: float, turns: int) -> float:
+    """The writer process's CPU per turn since ``cpu0``, once its deferred work is done."""
+    settle([pid])
+    return (cpu_seconds(pid) - cpu0) * 1e3 / max(turns, 1)
 
 
 def _wait_recorded(db: Path, expected: int, limit: float) -> int:

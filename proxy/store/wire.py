@@ -4,7 +4,8 @@ A frame is a kind byte, three little-endian lengths, then the parts: the JSON of
 the record's small fields, the client's request body exactly as received, and
 the raw SSE bytes if kept. Shipping the body as received costs the proxy one
 copy instead of serialising a long history (and its tools) every turn; the writer
-parses it. Without a raw body the messages and other fields travel in the JSON.
+parses it, reusing what it parsed of the same history before (``resent``).
+Without a raw body the messages and other fields travel in the JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import orjson
 
 from proxy.store.base import Decision, TurnRecord, request_params
+from proxy.store.resent import ResentBodies
 
 TURN, CALIBRATION = b"T", b"C"
 _HEAD = struct.Struct("<cIII")
@@ -55,8 +57,11 @@ def _frame(kind: bytes, meta: bytes, body: bytes, raw: bytes) -> bytes:
     return b"".join((_HEAD.pack(kind, len(meta), len(body), len(raw)), meta, body, raw))
 
 
-def decode(buf: bytes) -> Iterator[TurnRecord | dict[str, Any]]:
-    """The jobs in ``buf`` (whole frames): turn records, and calibrations as dicts."""
+def decode(buf: bytes, bodies: ResentBodies | None = None) -> Iterator[TurnRecord | dict[str, Any]]:
+    """The jobs in ``buf`` (whole frames): turn records, and calibrations as dicts.
+
+    ``bodies`` (the writer's) spares re-parsing the history a body resends.
+    """
     view, at = memoryview(buf), 0
     while at < len(buf):
         kind, n_meta, n_body, n_raw = _HEAD.unpack_from(buf, at)
@@ -71,7 +76,7 @@ def decode(buf: bytes) -> Iterator[TurnRecord | dict[str, Any]]:
             yield meta
             continue
         if body:
-            parsed = orjson.loads(body)
+            parsed = bodies.parse(body) if bodies is not None else orjson.loads(body)
             meta["messages"], meta["request_params"] = parsed["messages"], request_params(parsed)
         if meta["decision"] is not None:
             meta["decision"] = Decision.from_dict(meta["decision"])

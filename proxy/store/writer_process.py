@@ -24,6 +24,7 @@ import structlog
 
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_gc_threshold, tune_malloc
+from proxy.store.resent import ResentBodies
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import decode
 
@@ -88,6 +89,7 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     thread = threading.Thread(target=reporter.run, args=(stop,), daemon=True)
     thread.start()
     reporter.report(force=True)
+    bodies = ResentBodies()
     try:
         while (head := _next_head(store, inp)) and len(head) == LENGTH.size:
             size = LENGTH.unpack(head)[0]
@@ -95,7 +97,7 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
             if len(payload) < size:
                 break  # the proxy died mid-write: that batch never completed
             try:
-                for job in decode(payload):
+                for job in decode(payload, bodies):
                     if isinstance(job, dict):
                         store.save_calibration(job)
                     else:

@@ -79,7 +79,7 @@ class _Turn:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
-    req = parse_chat(raw)
+    req = parse_chat(raw, svc.bodies)
     up = svc.router.route(req.model)
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)

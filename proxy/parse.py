@@ -15,30 +15,44 @@ import orjson
 
 from proxy.chat_request import ChatRequest
 from proxy.errors import InvalidRequest
+from proxy.resent import ResentBodies
 
 _CONTENT_TYPES = (str, list, type(None))
 MAX_DEPTH = 254
 """orjson reads 1024 levels but writes only 254; a deeper body cannot be stored."""
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
+REUSE_FROM = 64 << 10
+"""Bodies this large are parsed through the engine's :class:`ResentBodies` (below it,
+looking one up costs more than parsing)."""
+
+
+def parse_json_object(raw: bytes, bodies: ResentBodies | None = None) -> dict[str, Any]:
+    """The JSON object in ``raw``; ``bodies`` reuses the messages of a body it resends."""
     if not raw.strip():
         raise InvalidRequest(
             "The request body is empty; send a JSON object (Content-Type: application/json)."
         )
     try:
-        body = orjson.loads(raw)
+        if bodies is not None and len(raw) >= REUSE_FROM:
+            body = bodies.parse(raw, check=_check_object)
+        else:
+            body = orjson.loads(raw)
+            _check_object(body)
     except orjson.JSONDecodeError as e:
         raise InvalidRequest(
             f"The request body is not valid JSON ({e}). "
             "Send a JSON object encoded as UTF-8 (Content-Type: application/json)."
         ) from None
+    return body  # type: ignore[no-any-return]
+
+
+def _check_object(body: Any) -> None:
     if not isinstance(body, dict):
         raise InvalidRequest(
             f"The request body must be a JSON object, not a JSON {type(body).__name__}."
         )
     _check_depth(body)
-    return body
 
 
 def _check_depth(body: dict[str, Any]) -> None:
@@ -53,8 +67,8 @@ def _check_depth(body: dict[str, Any]) -> None:
         ) from None
 
 
-def parse_chat(raw: bytes) -> ChatRequest:
-    body = parse_json_object(raw)
+def parse_chat(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
+    body = parse_json_object(raw, bodies)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import aiohttp
@@ -12,6 +12,7 @@ from aiohttp import web
 from proxy.chat_request import ChatRequest
 from proxy.config import Settings
 from proxy.metrics import Metrics
+from proxy.resent import ResentBodies
 from proxy.store.base import Decision, Store
 from proxy.tokens import ModelCounter
 from proxy.upstreams import Router, Upstream
@@ -56,6 +57,10 @@ class Planner(Protocol):
         """Learn from the upstream's usage figures (calibration)."""
 
 
+BODIES_BYTES = 16 << 20
+"""Bodies kept for reuse, at most (their parsed messages take several times this)."""
+
+
 @dataclass(slots=True)
 class Services:
     settings: Settings
@@ -64,6 +69,8 @@ class Services:
     store: Store | None
     timeout: aiohttp.ClientTimeout
     metrics: Metrics
+    bodies: ResentBodies = field(default_factory=lambda: ResentBodies(max_bytes=BODIES_BYTES))
+    """Recent large bodies, so a resent history is not parsed again (see ``resent``)."""
 
 
 SERVICES = web.AppKey("services", Services)

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from proxy.resent import ResentBodies
 from proxy.store.base import Decision, TurnRecord, request_params
-from proxy.store.resent import ResentBodies
 
 TURN, CALIBRATION = b"T", b"C"
 _HEAD = struct.Struct("<cIII")

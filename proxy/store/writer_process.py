@@ -24,7 +24,7 @@ import structlog
 
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_gc_threshold, tune_malloc
-from proxy.store.resent import ResentBodies
+from proxy.resent import ResentBodies
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import decode
 
@@ -89,7 +89,7 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     thread = threading.Thread(target=reporter.run, args=(stop,), daemon=True)
     thread.start()
     reporter.report(force=True)
-    bodies = ResentBodies()
+    bodies = ResentBodies(max_bytes=32 << 20)  # the prefix cache holds the same messages
     try:
         while (head := _next_head(store, inp)) and len(head) == LENGTH.size:
             size = LENGTH.unpack(head)[0]

@@ -9,8 +9,8 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.store.json_spans import elements_from, has_key_after, layout
-from proxy.store.resent import ResentBodies
+from proxy.json_spans import elements_from, has_key_after, layout
+from proxy.resent import ResentBodies
 
 # Values that compare equal yet serialise differently, and text that looks like JSON.
 scalar = st.one_of(

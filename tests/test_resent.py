@@ -145,3 +145,30 @@ def test_layout_offsets() -> None:
     assert has_key_after(body, lay.close, "t") is True
     for not_one in (b"[1]", b'{"messages": 1}', b'{"messages": [], "messages": []}', b"{"):
         assert layout(not_one) is None
+
+
+def test_the_request_checks_still_refuse_a_resent_body() -> None:
+    """A large body that resends a remembered history but nests its new message too
+    deep is refused as before, and is not remembered for reuse."""
+    from proxy.errors import InvalidRequest
+    from proxy.parse import MAX_DEPTH, REUSE_FROM, parse_chat
+
+    bodies = ResentBodies()
+    history = [{"role": "user", "content": "x" * 1000} for _ in range(REUSE_FROM // 1000 + 1)]
+    ok = json.dumps({"model": "m", "messages": history}).encode()
+    assert parse_chat(ok, bodies).messages == tuple(history)
+    deep: Any = "leaf"
+    for _ in range(MAX_DEPTH + 5):
+        deep = [deep]
+    bad = json.dumps({"model": "m", "messages": [*history, {"role": "user", "content": deep}]})
+    try:
+        parse_chat(bad.encode(), bodies)
+    except InvalidRequest as e:
+        assert "levels deep" in str(e)
+    else:
+        raise AssertionError("a too-deep body was accepted")
+    assert len(bodies) == 1  # not remembered
+    more = [*history, {"role": "user", "content": "fine"}]
+    good = json.dumps({"model": "m", "messages": more}).encode()
+    assert parse_chat(good, bodies).messages == tuple(more)
+    assert bodies.reused_messages == len(history)

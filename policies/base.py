@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from proxy.recall import Recall
+
 Message = Mapping[str, Any]
 
 CountTokens = Callable[[Sequence[Message]], int]
@@ -52,10 +54,25 @@ class PolicyContext:
     step_tokens: int = 0
     """When a cut must move, move it by at least this many tokens (cache stability)."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    memo: dict[int, Any] = field(default_factory=dict)
-    """Scratch for one compression: per-message digests by object identity, so the
-    policies' repeated prefix checks hash each message once. Outputs never depend
-    on it."""
+    memo: Memo = field(default_factory=lambda: Memo())
+    """What the policies derived from messages, by object identity (see ``Memo``).
+    Outputs never depend on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Memo:
+    """Derived values by object identity: each message's prefix digest, each tool
+    output's content digest, each tool message's elision stub. The repeated prefix
+    checks of one compression hash a message once; and since a resent history's
+    messages are last turn's objects, the engine hands a conversation's next turn
+    ``next()``, so a turn derives values for its new messages only."""
+
+    digests: Recall = field(default_factory=Recall)
+    contents: Recall = field(default_factory=Recall)
+    stubs: Recall = field(default_factory=Recall)
+
+    def next(self) -> Memo:
+        return Memo(self.digests.next(), self.contents.next(), self.stubs.next())
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,9 @@ from typing import Any
 
 import orjson
 
-from policies.base import CutState, Message, PolicyContext
+from policies.base import CutState, Memo, Message, PolicyContext
 from policies.units import HANDOFF_MARK, TOOL_ROLES, Region, called_function
+from proxy.recall import Recall
 
 _FP = re.compile(r"sha256:([0-9a-f]{16})\]?\"?\}?$")
 ARGS_KEY = "handoff_elided"
@@ -36,27 +37,27 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()
 
 
-def fingerprint(value: Any, memo: dict[int, Any] | None = None) -> str:
+def fingerprint(value: Any, memo: Recall | None = None) -> str:
     """Short content hash carried by elision stubs."""
     return content_digest(value, memo)[0]
 
 
-def content_digest(value: Any, memo: dict[int, Any] | None = None) -> tuple[str, int]:
-    """``value``'s fingerprint and canonical JSON size. ``memo`` (a context's) keeps them
-    by identity: a tool result is fingerprinted for its stub and again for the prefix
-    hash, and it is the bulk of a long history's bytes."""
+def content_digest(value: Any, memo: Recall | None = None) -> tuple[str, int]:
+    """``value``'s fingerprint and canonical JSON size. ``memo`` (a context's
+    ``contents``) keeps them by identity: a tool result is fingerprinted for its stub
+    and again for the prefix hash, and it is the bulk of a long history's bytes."""
     if memo is not None:
-        hit = memo.get(id(value))
-        if hit is not None and hit[0] is value:
-            return hit[1]  # type: ignore[no-any-return]
+        hit = memo.get(value)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
     raw = dumps(value)
     found = (hashlib.sha256(raw).hexdigest()[:16], len(raw))
     if memo is not None:
-        memo[id(value)] = (value, found)  # the strong ref keeps id() unique
+        memo.put(value, found)
     return found
 
 
-def _fp_of(value: Any, memo: dict[int, Any] | None) -> str:
+def _fp_of(value: Any, memo: Recall | None) -> str:
     """The fingerprint of original content, read back from a stub if ``value`` is one."""
     if isinstance(value, str) and value.startswith((HANDOFF_MARK, '{"' + ARGS_KEY)):
         m = _FP.search(value)
@@ -65,7 +66,7 @@ def _fp_of(value: Any, memo: dict[int, Any] | None) -> str:
     return fingerprint(value, memo)
 
 
-def _canonical(m: Message, memo: dict[int, Any] | None) -> Any:
+def _canonical(m: Message, memo: Recall | None) -> Any:
     role = m.get("role")
     if role in TOOL_ROLES:
         return {**m, "content": _fp_of(m.get("content"), memo)}
@@ -75,32 +76,33 @@ def _canonical(m: Message, memo: dict[int, Any] | None) -> Any:
     return m
 
 
-def _canonical_call(call: Any, memo: dict[int, Any] | None) -> Any:
+def _canonical_call(call: Any, memo: Recall | None) -> Any:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or "arguments" not in fn:
         return call
     return {**call, "function": {**fn, "arguments": _fp_of(fn["arguments"], memo)}}
 
 
-def prefix_hash(messages: Sequence[Message], memo: dict[int, Any] | None = None) -> str:
+def prefix_hash(messages: Sequence[Message], memo: Memo | None = None) -> str:
     """Stable sha256 over the messages' canonical JSON digests, blind to handoff's
     elision stubs. ``memo`` (a :class:`PolicyContext`'s) keeps each message's digest
-    by identity, so the several prefix checks of one compression hash it once."""
-    h = hashlib.sha256()
+    by identity, so the several prefix checks of one compression (and, for a resent
+    history, of the turns after it) hash it once."""
+    if memo is None:
+        digests = [hashlib.sha256(dumps(_canonical(m, None))).digest() for m in messages]
+        return hashlib.sha256(b"".join(digests)).hexdigest()
+    known, contents = memo.digests, memo.contents
+    now, then = known.now, known.then  # Recall.get, inlined: this runs per message, often
+    out = []
     for m in messages:
-        h.update(_digest(m, memo))
-    return h.hexdigest()
-
-
-def _digest(m: Message, memo: dict[int, Any] | None) -> bytes:
-    if memo is not None:
-        hit = memo.get(id(m))
-        if hit is not None and hit[0] is m:
-            return hit[1]  # type: ignore[no-any-return]
-    digest = hashlib.sha256(dumps(_canonical(m, memo))).digest()
-    if memo is not None:
-        memo[id(m)] = (m, digest)  # the strong ref keeps id() unique
-    return digest
+        hit = now.get(id(m))
+        if hit is None or hit[0] is not m:
+            hit = then.get(id(m))
+            if hit is None or hit[0] is not m:
+                hit = (m, hashlib.sha256(dumps(_canonical(m, contents))).digest())
+            now[id(m)] = hit
+        out.append(hit[1])
+    return hashlib.sha256(b"".join(out)).hexdigest()  # the same as updating per digest
 
 
 def size(ctx: PolicyContext, message: Message) -> int:
@@ -108,12 +110,17 @@ def size(ctx: PolicyContext, message: Message) -> int:
     return ctx.count([message]) - ctx.count([])
 
 
+def weight(ctx: PolicyContext, messages: Sequence[Message]) -> int:
+    """What the messages add to the prompt together (one count, not one per message)."""
+    return ctx.count(messages) - ctx.count([])
+
+
 def previous_cut(
     messages: Sequence[Message],
     reg: Region,
     prev: CutState | None,
     policy: str,
-    memo: dict[int, Any] | None = None,
+    memo: Memo | None = None,
 ) -> int | None:
     """The previous turn's cut if ``policy`` made it and the history still starts so."""
     if prev is None or prev.policy != policy or prev.cut <= 0 or prev.cut not in reg.points:

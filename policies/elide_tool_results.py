@@ -20,13 +20,14 @@ import orjson
 from policies.base import CutState, Message, PolicyContext, PolicyResult
 from policies.cuts import ARGS_KEY, content_digest, fingerprint, prefix_hash, size
 from policies.units import HANDOFF_MARK, TOOL_ROLES, as_dicts, called_function, tail_start
+from proxy.recall import Recall
 
 
 def _kb(n: int) -> str:
     return f"{n:,} B" if n < 1024 else f"{n / 1024:,.0f} KB"
 
 
-def tool_stub(message: Message, tokens: int, memo: dict[int, Any] | None = None) -> dict[str, Any]:
+def tool_stub(message: Message, tokens: int, memo: Recall | None = None) -> dict[str, Any]:
     """The tool message with its content replaced by a stub (other fields kept)."""
     content = message.get("content")
     call = message.get("tool_call_id") or message.get("name") or "?"
@@ -140,11 +141,21 @@ class ElideToolResults:
         return out
 
     def _stub(self, m: dict[str, Any], ctx: PolicyContext) -> dict[str, Any] | None:
+        """``m``'s stub if it is worth eliding, remembered per message (a resent history
+        is stubbed once: its messages are last turn's objects, see ``Memo``)."""
+        known = ctx.memo.stubs.get(m)
+        if known is not None:
+            return known[0]  # type: ignore[no-any-return]
+        stub = self._new_stub(m, ctx)
+        ctx.memo.stubs.put(m, (stub,))
+        return stub
+
+    def _new_stub(self, m: dict[str, Any], ctx: PolicyContext) -> dict[str, Any] | None:
         if _is_stub(m):
             return None
         if m.get("role") in TOOL_ROLES:
             tokens = size(ctx, m)
-            stub = tool_stub(m, tokens, ctx.memo)
+            stub = tool_stub(m, tokens, ctx.memo.contents)
         elif self.elide_arguments and m.get("role") == "assistant" and m.get("tool_calls"):
             calls = m["tool_calls"]
             tokens = size(ctx, m) - size(ctx, {**m, "tool_calls": []})

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
-from policies.cuts import prefix_hash, previous_cut, search_cut, size
+from policies.cuts import prefix_hash, previous_cut, search_cut, weight
 from policies.units import HANDOFF_MARK, Region, as_dicts, assemble, region
 
 
@@ -82,7 +82,7 @@ class Summarize:
         msgs: list[dict[str, Any]], reg: Region, k: int, summary: str, ctx: PolicyContext
     ) -> list[dict[str, Any]]:
         dropped = reg.dropped(k)
-        tokens = sum(size(ctx, msgs[i]) for i in dropped)
+        tokens = weight(ctx, [msgs[i] for i in dropped])
         return assemble(msgs, dropped, summary_message(len(dropped), tokens, summary))
 
     def _result(

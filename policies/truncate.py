@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
-from policies.cuts import prefix_hash, preview, previous_cut, search_cut, size
+from policies.cuts import prefix_hash, preview, previous_cut, search_cut, weight
 from policies.units import HANDOFF_MARK, Region, as_dicts, assemble, region
 
 
@@ -70,7 +70,7 @@ class Truncate:
         if not dropped:
             return msgs
         omitted = [msgs[i] for i in dropped]
-        note = omission_note(omitted, sum(size(ctx, m) for m in omitted))
+        note = omission_note(omitted, weight(ctx, omitted))
         return assemble(msgs, dropped, note)
 
     def result(

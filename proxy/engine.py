@@ -36,6 +36,7 @@ from proxy.cut_memory import CutMemory, conversation_key
 from proxy.services import Plan
 from proxy.store.base import Decision
 from proxy.tokens import Calibration, ModelCounter, TokenCounter
+from proxy.turn_memo import TurnMemo, TurnMemos
 from proxy.upstreams import Upstream
 from proxy.windows import ModelInfo, WindowRegistry
 
@@ -97,6 +98,7 @@ class Engine:
         self.calibration = calibration
         self.summarizers = summarizers
         self.cuts = CutMemory(capacity=4096)
+        self.memos = TurnMemos()
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
         self._targets: dict[tuple[str, str, int | None], _Target] = {}
         self._warned: set[str] = set()
@@ -127,7 +129,10 @@ class Engine:
         if hard_limit is None and bound <= budget.budget:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
-        base = target.counter.request_counter(req.body)  # shared with compression below
+        key = conversation_key(req.messages)
+        factor = 1.0 if target.counter.exact else self.calibration.factor(req.model)
+        memo = self.memos.begin(key, target.counter, factor)
+        base = target.counter.request_counter(req.body, memo.counts)  # compression's too
         if bound <= OFFLOAD_BOUND:
             counted = base(req.messages)
         else:  # tokenizing a large history must not stall the event loop
@@ -144,7 +149,7 @@ class Engine:
             log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
             note = "compression off for this route"
             return self._passthrough(req, target, tokens, counted, note=note)
-        return await self._compress(req, up, target, tokens, base, client_headers or {})
+        return await self._compress(req, up, target, tokens, base, key, memo, client_headers or {})
 
     def warm(self) -> None:
         """Load the exact encodings now (blocking; run it in a thread at start-up), so
@@ -228,10 +233,10 @@ class Engine:
             return counted
         return self.calibration.corrected(model, counted)
 
-    def _count_fn(self, req: ChatRequest, counter: ModelCounter, base: CountTokens) -> CountTokens:
-        if counter.exact:
+    @staticmethod
+    def _count_fn(factor: float, base: CountTokens) -> CountTokens:
+        if factor == 1.0:
             return base
-        factor = self.calibration.factor(req.model)
         return lambda messages: round(base(messages) * factor)
 
     def _passthrough(
@@ -276,17 +281,19 @@ class Engine:
         target: _Target,
         tokens: int,
         base: CountTokens,
+        key: str,
+        memo: TurnMemo,
         client_headers: Mapping[str, str],
     ) -> Plan:
-        key = conversation_key(req.messages)
         summarize = self._summarizer(req, up, client_headers)
         ctx = PolicyContext(
             budget=target.budget.budget,
-            count=self._count_fn(req, target.counter, base),
+            count=self._count_fn(memo.factor, base),
             summarize=summarize,
             previous=self.cuts.get(key),
             step_tokens=int(target.budget.budget * self.settings.compression.step),
             options=self.settings.compression.model_dump(),
+            memo=memo.policies,
         )
         chain = build_chain(self.settings.compression, has_summarizer=summarize is not None)
         try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+from policies.base import Memo
 from policies.cuts import content_digest, dumps, fingerprint, prefix_hash
 from policies.units import region, tail_start, units
 
@@ -42,11 +44,12 @@ def test_prefix_hash_is_stable_and_sensitive() -> None:
 def test_memoised_digests_equal_fresh_ones() -> None:
     """A context's memo changes the cost, never the result: the same fingerprint and
     size for a content, and the same prefix hash, with or without it, and a memo that
-    saw one conversation does not leak into another built of equal-looking objects."""
-    memo: dict[int, Any] = {}
+    saw one conversation does not leak into another built of equal-looking objects,
+    this turn or the next."""
+    memo = Memo()
     tool = {"role": "tool", "tool_call_id": "c", "content": "a long tool result " * 50}
-    assert content_digest(tool["content"], memo) == content_digest(tool["content"])
-    assert content_digest(tool["content"], memo) == (
+    assert content_digest(tool["content"], memo.contents) == content_digest(tool["content"])
+    assert content_digest(tool["content"], memo.contents) == (
         fingerprint(tool["content"]),
         len(dumps(tool["content"])),
     )
@@ -54,3 +57,6 @@ def test_memoised_digests_equal_fresh_ones() -> None:
     assert prefix_hash(conv, memo) == prefix_hash(conv) == prefix_hash(conv, memo)
     other = [*CONV, {**tool, "content": "another result " * 50}]
     assert prefix_hash(other, memo) == prefix_hash(other) != prefix_hash(conv)
+    later = memo.next()
+    assert prefix_hash(conv, later) == prefix_hash(conv)
+    assert prefix_hash(copy.deepcopy(other), later) == prefix_hash(other)

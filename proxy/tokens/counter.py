@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import tiktoken
 
+from proxy.recall import Recall
 from proxy.tokens import chat
 from proxy.tokens.encodings import ESTIMATE, EncodingLoader, LoadedEncoding, utf8_len
 from proxy.tokens.images import (
@@ -96,27 +97,34 @@ class ModelCounter:
         """Messages, tools/functions, response_format and priming of a request body."""
         return self._messages_tokens(_messages(body)) + self._fixed_tokens(body)
 
-    def request_counter(self, body: Mapping[str, Any]) -> Callable[[Sequence[Message]], int]:
+    def request_counter(
+        self, body: Mapping[str, Any], seen: Recall | None = None
+    ) -> Callable[[Sequence[Message]], int]:
         """A counter for candidate message lists sent with this body's other fields.
 
         Compression counts the same message objects many times over (every candidate
-        cut), so the counter remembers each message object it has seen, by identity,
-        for as long as it lives (one request); the content-hash cache is only asked
-        once per message."""
+        cut), so the counter remembers each message object's count by identity in
+        ``seen`` (a fresh one, or the conversation's last turn's ``next()``: a resent
+        history's messages are that turn's objects); the content-hash cache is asked
+        once per message it does not know."""
         fixed = self._fixed_tokens(body)
-        seen: dict[int, tuple[Message, int]] = {}
+        memo = seen if seen is not None else Recall()
 
         def count(messages: Sequence[Message]) -> int:
             total, fresh = fixed, []
+            now, then = memo.now, memo.then
             for msg in messages:
-                hit = seen.get(id(msg))
-                if hit is not None and hit[0] is msg:
-                    total += hit[1]
-                else:
-                    fresh.append(msg)
+                hit = now.get(id(msg))
+                if hit is None or hit[0] is not msg:
+                    hit = then.get(id(msg))
+                    if hit is None or hit[0] is not msg:
+                        fresh.append(msg)
+                        continue
+                    now[id(msg)] = hit
+                total += hit[1]
             if fresh:
                 for msg, tokens in zip(fresh, self._per_message(fresh), strict=True):
-                    seen[id(msg)] = (msg, tokens)  # the strong ref keeps id() unique
+                    memo.put(msg, tokens)
                     total += tokens
             return total
 

@@ -1,0 +1,86 @@
+"""Carrying what was derived from a conversation's last turn changes the cost, never the
+plan: turn after turn, the engine with resent-body reuse and turn memos forwards the
+very bytes an engine without them forwards."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import orjson
+
+from proxy.build import build_engine
+from proxy.config import Settings
+from proxy.engine import Engine
+from proxy.parse import REUSE_FROM, parse_chat
+from proxy.resent import ResentBodies
+from proxy.upstreams import Router, Upstream
+
+MODELS = {
+    "small-8k": {"context_window": 8192, "max_output_tokens": 1024, "tokenizer": "o200k_base"},
+    "small-16k": {"context_window": 16384, "max_output_tokens": 1024, "tokenizer": "cl100k_base"},
+}
+UP = Upstream(name="fake", base_url="http://fake.invalid/v1", patterns=("*",))
+
+
+def _engine(carry: bool) -> Engine:
+    settings = Settings(models=MODELS, store={"enabled": False})
+    engine = build_engine(settings, Router([UP]))
+    if not carry:
+        engine.memos.capacity = 0
+    return engine
+
+
+def _turns(rng: random.Random, n: int) -> list[list[dict[str, Any]]]:
+    """Each turn's whole history: tool rounds with big outputs, a regenerate, an edit."""
+    words = ["alpha", "beta", "gamma", "delta", "öl", "日本", "x" * 30]
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse. " * 40}]
+    out = []
+    for i in range(n):
+        history = [*history, {"role": "user", "content": f"step {i} " + " ".join(rng.choices(words, k=40))}]  # fmt: skip
+        out.append(history)
+        if i == n // 2:
+            out.append(list(history))  # a regenerate: the same body again
+        if i == n // 3:
+            edited = [*history[:-1], {"role": "user", "content": f"edited {i}"}]
+            out.append(edited)  # an edit forks; the conversation goes on unedited
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": orjson.dumps({"n": i}).decode()}}  # fmt: skip
+        history = [
+            *history,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {
+                "role": "tool",
+                "tool_call_id": f"c{i}",
+                "content": " ".join(rng.choices(words, k=900)),
+            },
+            {"role": "assistant", "content": " ".join(rng.choices(words, k=60))},
+        ]
+    return out
+
+
+async def _plans(carry: bool, bodies: list[bytes]) -> list[tuple[bytes, Any]]:
+    engine = _engine(carry)
+    resent = ResentBodies() if carry else None
+    out = []
+    for raw in bodies:
+        plan = await engine.plan(parse_chat(raw, resent), UP)
+        out.append((plan.body, plan.decision))
+    if carry:
+        assert resent is not None and resent.reused_messages > 0
+        assert len(engine.memos) > 0
+    return out
+
+
+def test_carried_memos_forward_the_same_bytes() -> None:
+    """Across 24 turns, a model switch and back, a regenerate and an edit."""
+    rng = random.Random(5)
+    bodies = []
+    for j, history in enumerate(_turns(rng, 24)):
+        model = "small-16k" if 10 <= j < 14 else "small-8k"
+        bodies.append(orjson.dumps({"model": model, "messages": history, "stream": False}))
+    assert max(map(len, bodies)) > REUSE_FROM  # the later turns go through reuse
+    carried = asyncio.run(_plans(True, bodies))
+    fresh = asyncio.run(_plans(False, bodies))
+    assert [d.action for _, d in fresh].count("compressed") > 10
+    assert carried == fresh

@@ -3,8 +3,10 @@ against a bare ``json.loads`` + ``json.dumps`` of the same body.
 
 This is the engine's whole per-turn work on the request path when a long
 conversation meets a small window: the client resends everything, one message
-longer than last turn, and handoff must parse it, count it (cached per message),
-and compress it (reusing last turn's cut). Target: at most 2x the bare round trip.
+longer than last turn, and handoff must parse it (reusing the messages of the
+body it resends, as the proxy does), count it and compress it (reusing last
+turn's cut, counts, digests and stubs). The process gets the heap and GC settings
+``handoff serve`` uses. Target: at most 2x the bare round trip.
 Rounds are interleaved (handoff, bare, handoff, bare, ...) and medians reported.
 
     python -m bench.bench_decide [--tokens 1000000] [--rounds 5] [--model gpt-4o]
@@ -29,6 +31,9 @@ from bench.bench_count import conversation
 from proxy.build import build_engine
 from proxy.config import Settings
 from proxy.parse import parse_chat
+from proxy.process_tuning import raise_gc_threshold, tune_malloc
+from proxy.resent import ResentBodies
+from proxy.services import BODIES_BYTES
 from proxy.tokens import TokenCounter
 from proxy.upstreams import Router, Upstream
 
@@ -47,12 +52,13 @@ async def _run(tokens: int, rounds: int, model: str) -> dict[str, Any]:
     for i in range(rounds + 1):  # one message longer each turn, as a client resends
         history = [*history, {"role": "user", "content": f"and now step {i}?"}]
         bodies.append(_body(model, history))
-    first = await engine.plan(parse_chat(bodies[0]), up)  # cold: fills caches and the cut
+    resent = ResentBodies(max_bytes=BODIES_BYTES)  # as the proxy's services hold it
+    first = await engine.plan(parse_chat(bodies[0], resent), up)  # cold: fills caches and the cut
     assert first.decision is not None and first.decision.action == "compressed"
     handoff_ms, bare_ms, actions = [], [], []
     for raw in bodies[1:]:
         t0 = time.perf_counter()
-        plan = await engine.plan(parse_chat(raw), up)
+        plan = await engine.plan(parse_chat(raw, resent), up)
         handoff_ms.append((time.perf_counter() - t0) * 1000)
         actions.append(plan.decision.action if plan.decision else None)
         t0 = time.perf_counter()
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", default="gpt-4o")
     args = parser.parse_args(argv)
+    tune_malloc()
+    raise_gc_threshold()
     r = asyncio.run(_run(args.tokens, args.rounds, args.model))
     print(
         f"{r['messages']} messages, {r['prompt_tokens']:,} tokens → {r['forwarded_tokens']:,} sent"

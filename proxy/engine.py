@@ -131,7 +131,7 @@ class Engine:
             return self._passthrough(req, target, None, None, bound=bound)
         key = conversation_key(req.messages)
         factor = 1.0 if target.counter.exact else self.calibration.factor(req.model)
-        memo = self.memos.begin(key, target.counter, factor)
+        memo = self.memos.begin(key, target.counter, factor, len(req.raw))
         base = target.counter.request_counter(req.body, memo.counts)  # compression's too
         if bound <= OFFLOAD_BOUND:
             counted = base(req.messages)

@@ -21,33 +21,40 @@ from proxy.tokens import ModelCounter
 class TurnMemo:
     counter: ModelCounter
     factor: float
+    weight: int = 0  # the request body's size: what the memo keeps alive is about that
     counts: Recall = field(default_factory=Recall)
     policies: Memo = field(default_factory=Memo)
 
-    def next(self) -> TurnMemo:
-        return TurnMemo(self.counter, self.factor, self.counts.next(), self.policies.next())
+    def next(self, weight: int) -> TurnMemo:
+        return TurnMemo(self.counter, self.factor, weight, self.counts.next(), self.policies.next())
 
 
 class TurnMemos:
-    """The memo of the latest turn of up to ``capacity`` conversations (each holds that
-    turn's messages alive, which the resent bodies mostly hold too)."""
+    """The memo of the latest turn of up to ``capacity`` conversations whose bodies add
+    up to ``max_bytes``. A memo holds its turn's messages alive (parsed, several times
+    their JSON's size), which the resent bodies mostly hold too."""
 
-    def __init__(self, capacity: int = 32) -> None:
-        self.capacity = capacity
+    def __init__(self, capacity: int = 32, max_bytes: int = 16 << 20) -> None:
+        self.capacity, self.max_bytes = capacity, max_bytes
         self._memos: OrderedDict[str, TurnMemo] = OrderedDict()
+        self._bytes = 0
 
-    def begin(self, key: str, counter: ModelCounter, factor: float) -> TurnMemo:
-        """The memo for a new turn of conversation ``key``, kept as its latest at once
-        (a concurrent turn of the same conversation may start from it: entries are
-        checked by identity, so a partly filled memo is still right)."""
+    def begin(self, key: str, counter: ModelCounter, factor: float, weight: int) -> TurnMemo:
+        """The memo for a new turn of conversation ``key`` (whose body is ``weight``
+        bytes), kept as its latest at once: a concurrent turn of the same conversation
+        may start from it, and entries are checked by identity, so a partly filled memo
+        is still right."""
         last = self._memos.pop(key, None)
+        if last is not None:
+            self._bytes -= last.weight
         if last is not None and last.counter is counter and last.factor == factor:
-            memo = last.next()
+            memo = last.next(weight)
         else:
-            memo = TurnMemo(counter, factor)
+            memo = TurnMemo(counter, factor, weight)
         self._memos[key] = memo
-        while len(self._memos) > self.capacity:
-            self._memos.popitem(last=False)
+        self._bytes += weight
+        while self._memos and (len(self._memos) > self.capacity or self._bytes > self.max_bytes):
+            self._bytes -= self._memos.popitem(last=False)[1].weight
         return memo
 
     def __len__(self) -> int:

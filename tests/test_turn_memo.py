@@ -84,3 +84,28 @@ def test_carried_memos_forward_the_same_bytes() -> None:
     fresh = asyncio.run(_plans(False, bodies))
     assert [d.action for _, d in fresh].count("compressed") > 10
     assert carried == fresh
+
+
+def test_memos_are_bounded_and_start_afresh_when_counting_changes() -> None:
+    """At most ``capacity`` conversations and ``max_bytes`` of bodies are kept; a new
+    counter or calibration factor starts the turn with nothing carried."""
+    from proxy.tokens import TokenCounter
+    from proxy.turn_memo import TurnMemos
+
+    tokens = TokenCounter(100)
+    gpt4o, gpt4 = tokens.for_model("gpt-4o"), tokens.for_model("gpt-4")
+    memos = TurnMemos(capacity=3, max_bytes=1000)
+    msg = {"role": "user", "content": "hi"}
+    first = memos.begin("a", gpt4o, 1.0, 100)
+    first.counts.put(msg, 5)
+    assert memos.begin("a", gpt4o, 1.0, 100).counts.get(msg) == 5
+    assert memos.begin("a", gpt4o, 1.1, 100).counts.get(msg) is None  # factor changed
+    memos.begin("a", gpt4o, 1.0, 100).counts.put(msg, 5)
+    assert memos.begin("a", gpt4, 1.0, 100).counts.get(msg) is None  # counter changed
+    for key in "bcd":
+        memos.begin(key, gpt4o, 1.0, 100)
+    assert len(memos) == 3  # "a", the oldest, went
+    memos.begin("e", gpt4o, 1.0, 900)
+    assert len(memos) == 2  # 3 × 100 + 900 > 1000: the oldest went until it fit
+    memos.begin("f", gpt4o, 1.0, 5000)
+    assert len(memos) == 0  # a body over the cap is not kept at all

@@ -9,6 +9,7 @@ refused, because handoff could neither snapshot nor rewrite it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -27,18 +28,33 @@ REUSE_FROM = 64 << 10
 looking one up costs more than parsing)."""
 
 
-def parse_json_object(raw: bytes, bodies: ResentBodies | None = None) -> dict[str, Any]:
-    """The JSON object in ``raw``; ``bodies`` reuses the messages of a body it resends."""
+Check = Callable[[dict[str, Any], int], None]
+"""Refuses a parsed body by raising; the ``int`` leading messages were reused from a body
+that passed before, so only the ``messages`` the parsed body holds are to be checked,
+numbered from there."""
+
+
+def parse_json_object(
+    raw: bytes, bodies: ResentBodies | None = None, check: Check | None = None
+) -> dict[str, Any]:
+    """The JSON object in ``raw``, passed by ``check``; ``bodies`` reuses the messages of
+    a body it resends (and remembers only bodies that passed)."""
+
+    def checked(doc: Any, reused: int) -> None:
+        _check_object(doc)
+        if check is not None:
+            check(doc, reused)
+
     if not raw.strip():
         raise InvalidRequest(
             "The request body is empty; send a JSON object (Content-Type: application/json)."
         )
     try:
         if bodies is not None and len(raw) >= REUSE_FROM:
-            body = bodies.parse(raw, check=_check_object)
+            body = bodies.parse(raw, check=checked)
         else:
             body = orjson.loads(raw)
-            _check_object(body)
+            checked(body, 0)
     except orjson.JSONDecodeError as e:
         raise InvalidRequest(
             f"The request body is not valid JSON ({e}). "
@@ -68,7 +84,11 @@ def _check_depth(body: dict[str, Any]) -> None:
 
 
 def parse_chat(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
-    body = parse_json_object(raw, bodies)
+    body = parse_json_object(raw, bodies, _check_chat)
+    return ChatRequest(model=body["model"], messages=tuple(body["messages"]), body=body, raw=raw)
+
+
+def _check_chat(body: dict[str, Any], reused: int) -> None:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest(
@@ -80,9 +100,18 @@ def parse_chat(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
             "'messages' is a required property and must be an array of message objects",
             param="messages",
         )
-    for i, msg in enumerate(messages):
-        _check_message(i, msg)
-    return ChatRequest(model=model, messages=tuple(messages), body=body, raw=raw)
+    for i, msg in enumerate(messages, reused):
+        if type(msg) is not dict or not _plain_message(msg):
+            _check_message(i, msg)
+
+
+def _plain_message(msg: dict[str, Any]) -> bool:
+    """The common case, checked fast: a string role, string or null content, no calls."""
+    return (
+        type(msg.get("role")) is str
+        and type(msg.get("content", "")) in (str, type(None))
+        and msg.get("tool_calls") is None
+    )
 
 
 def _check_message(i: int, msg: Any) -> None:

@@ -37,6 +37,8 @@ KEY_BYTES = 64
 """Bodies are looked up by their first bytes; conversations sharing them are told apart
 by comparing bytes."""
 PER_KEY = 32
+Check = Callable[[Any, int], None]
+"""Sees a parse and how many leading messages were reused; raises to refuse it."""
 
 
 @dataclass(slots=True)
@@ -67,11 +69,12 @@ class ResentBodies:
         self.reused_messages = 0
         self.parsed_bytes = 0
 
-    def parse(self, body: bytes, check: Callable[[Any], None] | None = None) -> Any:
+    def parse(self, body: bytes, check: Check | None = None) -> Any:
         """``orjson.loads(body)``, reusing what a remembered body shares with it.
 
         ``check`` sees what orjson parsed (the body, or the body with the reused messages
-        cut out) and may raise to refuse it; a refused body is not remembered.
+        cut out) and how many messages were reused, and may raise to refuse it; a
+        refused body is not remembered.
         """
         reuse = self._find(body)
         if reuse is not None:
@@ -80,16 +83,14 @@ class ResentBodies:
                 return parsed
         parsed = orjson.loads(body)
         if check is not None:
-            check(parsed)
+            check(parsed, 0)
         self.parsed_bytes += len(body)
         messages = parsed.get("messages") if type(parsed) is dict else None
         if type(messages) is list and messages:
             self._remember(_Body(body, messages))
         return parsed
 
-    def _parse_reusing(
-        self, body: bytes, reuse: _Reuse, check: Callable[[Any], None] | None
-    ) -> Any | None:
+    def _parse_reusing(self, body: bytes, reuse: _Reuse, check: Check | None) -> Any | None:
         old, n = reuse.body, reuse.shared
         assert old.layout is not None
         cut = b"".join((body[: old.layout.open + 1], body[reuse.cut_from :]))
@@ -104,7 +105,7 @@ class ResentBodies:
         if tail is None or len(tail[0]) != len(new) or not self._one_key(body, old, tail[1]):
             return None
         if check is not None:
-            check(parsed)
+            check(parsed, n)
         self.parsed_bytes += len(cut)
         self.reused_messages += n
         parsed["messages"] = messages = old.messages[:n] + new

@@ -172,3 +172,21 @@ def test_the_request_checks_still_refuse_a_resent_body() -> None:
     good = json.dumps({"model": "m", "messages": more}).encode()
     assert parse_chat(good, bodies).messages == tuple(more)
     assert bodies.reused_messages == len(history)
+
+
+def test_a_resent_body_is_checked_for_its_new_messages_by_their_place() -> None:
+    """Reused messages passed before; a bad new one is refused under its own index."""
+    from proxy.errors import InvalidRequest
+    from proxy.parse import REUSE_FROM, parse_chat
+
+    bodies = ResentBodies()
+    history = [{"role": "user", "content": "y" * 1000} for _ in range(REUSE_FROM // 1000 + 1)]
+    parse_chat(json.dumps({"model": "m", "messages": history}).encode(), bodies)
+    bad = json.dumps({"model": "m", "messages": [*history, {"content": "no role"}]}).encode()
+    try:
+        parse_chat(bad, bodies)
+    except InvalidRequest as e:
+        assert e.param == f"messages[{len(history)}].role"
+    else:
+        raise AssertionError("a message without a role was accepted")
+    assert bodies.reused_messages == 0 and len(bodies) == 1

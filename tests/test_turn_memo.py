@@ -106,6 +106,6 @@ def test_memos_are_bounded_and_start_afresh_when_counting_changes() -> None:
         memos.begin(key, gpt4o, 1.0, 100)
     assert len(memos) == 3  # "a", the oldest, went
     memos.begin("e", gpt4o, 1.0, 900)
-    assert len(memos) == 2  # 3 × 100 + 900 > 1000: the oldest went until it fit
+    assert len(memos) == 2  # 3 x 100 + 900 > 1000: the oldest went until it fit
     memos.begin("f", gpt4o, 1.0, 5000)
     assert len(memos) == 0  # a body over the cap is not kept at all

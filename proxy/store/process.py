@@ -217,6 +217,7 @@ class ProcessStore:
                 log.error("store_writer_start_failed", error=repr(e), argv0=self._argv[0])
             self._failed(f"cannot start the store writer process: {e!r}", 0)
             return False
+        _widen_pipe(proc.stdin)
         child = _Child(proc)
         reader = threading.Thread(
             target=self._read_reports, args=(child,), name="handoff-store-health", daemon=True
@@ -260,9 +261,8 @@ class ProcessStore:
 
     def _ship(self) -> None:
         while (batch := self._take()) is not None:
-            payload = b"".join(batch)
             try:
-                while not self._send(LENGTH.pack(len(payload)) + payload, len(batch)):
+                while not self._send(batch):
                     if self._closing:  # no writer and shutting down: give up, not hang
                         self._failed("store writer process gone at shutdown", len(batch))
                         break
@@ -277,8 +277,10 @@ class ProcessStore:
             with contextlib.suppress(OSError):
                 child.proc.stdin.close()  # end of input: the child drains and exits
 
-    def _send(self, payload: bytes, jobs: int) -> bool:
-        """Write one batch to the child (restarting it if it died); False to retry later."""
+    def _send(self, batch: list[bytes]) -> bool:
+        """Write one batch to the child (restarting it if it died); False to retry later.
+        The frames go out as they are, after their total length: joining them would
+        copy every request body once more."""
         child = self._child
         if child is None or child.proc.poll() is not None:
             if not self._restart(child):
@@ -288,13 +290,13 @@ class ProcessStore:
         pipe: IO[bytes] | None = child.proc.stdin
         try:
             assert pipe is not None
-            pipe.write(payload)
+            pipe.writelines([LENGTH.pack(sum(map(len, batch))), *batch])
             pipe.flush()
         except (BrokenPipeError, OSError, ValueError) as e:
             self._failed(f"store writer process gone: {e!r}", 0)
             return False
         with self._cond:
-            child.shipped += jobs
+            child.shipped += len(batch)
             self._busy = 0  # now counted as in the pipe
             self._broken = False
         return True
@@ -317,3 +319,21 @@ class ProcessStore:
             self._dropped += lost
             self._last_error = error
             self._broken = True
+
+
+F_SETPIPE_SZ = 1031  # Linux fcntl
+PIPE_BYTES = 1 << 20
+"""The pipe to the writer holds this much (Linux's default unprivileged maximum), not
+64 KiB: a turn carrying a long history then crosses in one write, not a dozen
+blocking ones, each a wake-up of both processes."""
+
+
+def _widen_pipe(pipe: IO[bytes] | None) -> None:
+    try:
+        import fcntl
+    except ImportError:  # not Unix
+        return
+    if pipe is None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # not Linux, or above the system's cap
+        fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_BYTES)

@@ -61,3 +61,15 @@ def raise_gc_threshold() -> tuple[int, int, int]:
     before = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *before[1:])
     return before
+
+
+def yield_to_requests() -> bool:
+    """Schedule this process as batch work (Linux ``SCHED_BATCH``): it keeps its fair
+    share of CPU over time, but waking up (a batch arrived on its pipe) no longer
+    preempts whatever runs, such as the client or upstream a turn is waiting on.
+    Returns True if set."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or refused
+        return False
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,8 @@ async def test_turns_reach_the_store_and_health_drains(tmp_path: Path) -> None:
     store = ProcessStore(tmp_path / "h.db")
     await store.start()
     assert store.health().ok and store.writer_pid not in (None, os.getpid())
+    if sys.platform == "linux":  # background work that never preempts request handling
+        assert _wait(lambda: os.sched_getscheduler(store.writer_pid) == os.SCHED_BATCH)
     for t in conversation(12):
         store.record(t)
     store.save_calibration({"gpt-4o": 1.1})

@@ -23,7 +23,7 @@ import orjson
 import structlog
 
 from proxy.log import configure_logging
-from proxy.process_tuning import raise_gc_threshold, tune_malloc
+from proxy.process_tuning import raise_gc_threshold, tune_malloc, yield_to_requests
 from proxy.resent import ResentBodies
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import decode
@@ -125,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_format)
     tune_malloc()  # it parses every request body too
     raise_gc_threshold()  # as the proxy does
+    yield_to_requests()  # background work: it must not preempt the turn being served
     store = SqliteStore(
         args.path,
         flush_interval_s=args.flush_interval_s,

@@ -36,7 +36,7 @@ from proxy.json_spans import Layout, elements_from, has_key_after, layout
 KEY_BYTES = 64
 """Bodies are looked up by their first bytes; conversations sharing them are told apart
 by comparing bytes."""
-PER_KEY = 32
+PARTIAL_CANDIDATES = 16
 Check = Callable[[Any, int], None]
 """Sees a parse and how many leading messages were reused; raises to refuse it."""
 
@@ -128,38 +128,54 @@ class ResentBodies:
         return has_key_after(body, close, "messages") is False
 
     def _find(self, body: bytes) -> _Reuse | None:
-        """The remembered body sharing the most leading messages with ``body``."""
+        """The remembered body sharing the most leading messages with ``body``.
+
+        Conversations often share their first bytes (one system prompt for all of an
+        app's users), so the candidates are told apart by bytes: first, does ``body``
+        resend every message of one of them (one memcmp each, which stops at the
+        first difference)? Only if none, the most recent few are looked at for a
+        shorter shared run of messages (an edit, a rewritten last message), which
+        costs a binary search for the common prefix each.
+        """
+        ids = self._by_key.get(body[:KEY_BYTES])
+        if not ids:
+            return None
         best: _Reuse | None = None
-        for bid in reversed(self._by_key.get(body[:KEY_BYTES], ())):
-            reuse = self._shared(self._bodies[bid], body)
-            if reuse is not None and (best is None or reuse.shared > best.shared):
-                best = reuse
+        for bid in reversed(ids):
+            old = self._bodies[bid]
+            lay = old.layout
+            if lay is None or (best is not None and len(lay.ends) <= best.shared):
+                continue
+            if body.startswith(memoryview(old.raw)[: lay.ends[-1]]):
+                best = _reuse(old, body, len(lay.ends)) or best
+        if best is None:
+            for bid in reversed(ids[-PARTIAL_CANDIDATES:]):
+                reuse = self._partly_shared(self._bodies[bid], body)
+                if reuse is not None and (best is None or reuse.shared > best.shared):
+                    best = reuse
         if best is not None:
             self._bodies.move_to_end(best.body.bid)
         return best
 
-    def _shared(self, old: _Body, body: bytes) -> _Reuse | None:
+    @staticmethod
+    def _partly_shared(old: _Body, body: bytes) -> _Reuse | None:
+        """How many of ``old``'s leading messages ``body`` starts with, if any; ``old`` is
+        scanned for its layout the first time a body shares a quarter of it."""
+        raw = memoryview(old.raw)
         lay = old.layout
-        if lay is not None and body.startswith(memoryview(old.raw)[: lay.ends[-1]]):
-            n = len(lay.ends)  # the common case: every message is resent as it was
-        else:
-            common = _common_prefix(old.raw, body)
-            if lay is None and not old.scanned:
-                if common * 4 < len(old.raw):
-                    return None  # too little in common to be worth a scan (yet)
-                lay, old.scanned = layout(old.raw), True
-                if lay is not None and len(lay.ends) != len(old.messages):
-                    lay = None  # cannot be (orjson parsed the same bytes): be safe anyway
-                old.layout = lay
+        if lay is None:
+            if old.scanned or not body.startswith(raw[: len(raw) // 4]):
+                return None  # cannot be reused, or too little in common for a scan (yet)
+            lay, old.scanned = layout(old.raw), True
+            if lay is not None and len(lay.ends) != len(old.messages):
+                lay = None  # cannot be (orjson parsed the same bytes): be safe anyway
+            old.layout = lay
             if lay is None:
                 return None
-            n = bisect.bisect_right(lay.ends, common)
-        if n == 0:
+        if not body.startswith(raw[: lay.ends[0]]):
             return None
-        at = _skip_space(body, lay.ends[n - 1])
-        if at >= len(body) or body[at] not in b",]":
-            return None  # cannot be, in valid JSON: be safe anyway
-        return _Reuse(old, n, at + 1 if body[at] == ord(",") else at)
+        n = bisect.bisect_right(lay.ends, _common_prefix(old.raw, body))
+        return _reuse(old, body, n) if n else None
 
     def _remember(self, entry: _Body) -> None:
         if len(entry.raw) > self.max_bytes:
@@ -170,8 +186,6 @@ class ResentBodies:
         self._bytes += len(entry.raw)
         ids = self._by_key.setdefault(entry.raw[:KEY_BYTES], [])
         ids.append(bid)
-        if len(ids) > PER_KEY:
-            self._forget(ids[0])
         while len(self._bodies) > self.max_bodies or self._bytes > self.max_bytes:
             self._forget(next(iter(self._bodies)))
 
@@ -186,6 +200,15 @@ class ResentBodies:
 
     def __len__(self) -> int:
         return len(self._bodies)
+
+
+def _reuse(old: _Body, body: bytes, n: int) -> _Reuse | None:
+    """Reuse ``old``'s first ``n`` messages, which ``body`` starts with, byte for byte."""
+    assert old.layout is not None
+    at = _skip_space(body, old.layout.ends[n - 1])
+    if at >= len(body) or body[at] not in b",]":
+        return None  # cannot be, in valid JSON: be safe anyway
+    return _Reuse(old, n, at + 1 if body[at] == ord(",") else at)
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

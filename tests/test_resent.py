@@ -190,3 +190,21 @@ def test_a_resent_body_is_checked_for_its_new_messages_by_their_place() -> None:
     else:
         raise AssertionError("a message without a role was accepted")
     assert bodies.reused_messages == 0 and len(bodies) == 1
+
+
+def test_conversations_sharing_a_system_prompt_each_reuse_their_own() -> None:
+    """Forty interleaved conversations with one system prompt: each body reuses its own
+    conversation's last body, not another's shared start (a first turn reuses just
+    the system prompt another conversation sent)."""
+    bodies = ResentBodies()
+    system = {"role": "system", "content": "You are a coding assistant. " * 40}
+    histories: list[list[Any]] = [[system] for _ in range(40)]
+    expected = 0
+    for turn in range(5):
+        for c, history in enumerate(histories):
+            history.append({"role": "user", "content": f"conversation {c}, turn {turn}"})
+            body = body_of(history, "m", {}, {})
+            assert exact(bodies.parse(body)) == exact(orjson.loads(body))
+            expected += len(history) - 2 if turn else min(c, 1)
+            history.append({"role": "assistant", "content": f"answer {c}.{turn}"})
+    assert bodies.reused_messages == expected

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
+import socket
 import subprocess
 import sys
 import threading
@@ -49,6 +51,7 @@ counted), so a stalled writer cannot take the proxy's memory."""
 @dataclass(slots=True)
 class _Child:
     proc: subprocess.Popen[bytes]
+    channel: IO[bytes]  # the child's stdin: our end of a socket pair
     shipped: int = 0  # jobs written to its pipe
     report: dict[str, Any] = field(default_factory=dict)
 
@@ -210,15 +213,18 @@ class ProcessStore:
     # -- the shipper thread -------------------------------------------------
     def _spawn(self) -> bool:
         """Start a writer process; False (logged, in health) if it cannot be started."""
+        ours, theirs = socket.socketpair()
         try:
-            proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            proc = subprocess.Popen(self._argv, stdin=theirs.fileno(), stdout=subprocess.PIPE)
         except OSError as e:
+            ours.close()
             if self._last_error is None or repr(e) not in self._last_error:  # once, not per retry
                 log.error("store_writer_start_failed", error=repr(e), argv0=self._argv[0])
             self._failed(f"cannot start the store writer process: {e!r}", 0)
             return False
-        _widen_pipe(proc.stdin)
-        child = _Child(proc)
+        finally:
+            theirs.close()
+        child = _Child(proc, _channel(ours))
         reader = threading.Thread(
             target=self._read_reports, args=(child,), name="handoff-store-health", daemon=True
         )
@@ -273,9 +279,9 @@ class ProcessStore:
             with self._cond:
                 self._busy = 0  # (also when given up: then counted as failed)
         child = self._child
-        if child is not None and child.proc.stdin is not None:
+        if child is not None:
             with contextlib.suppress(OSError):
-                child.proc.stdin.close()  # end of input: the child drains and exits
+                child.channel.close()  # end of input: the child drains and exits
 
     def _send(self, batch: list[bytes]) -> bool:
         """Write one batch to the child (restarting it if it died); False to retry later.
@@ -287,9 +293,8 @@ class ProcessStore:
                 return False
             child = self._child
             assert child is not None
-        pipe: IO[bytes] | None = child.proc.stdin
+        pipe = child.channel
         try:
-            assert pipe is not None
             pipe.writelines([LENGTH.pack(sum(map(len, batch))), *batch])
             pipe.flush()
         except (BrokenPipeError, OSError, ValueError) as e:
@@ -321,19 +326,12 @@ class ProcessStore:
             self._broken = True
 
 
-F_SETPIPE_SZ = 1031  # Linux fcntl
-PIPE_BYTES = 1 << 20
-"""The pipe to the writer holds this much (Linux's default unprivileged maximum), not
-64 KiB: a turn carrying a long history then crosses in one write, not a dozen
-blocking ones, each a wake-up of both processes."""
+def _channel(sock: socket.socket) -> IO[bytes]:
+    """A file over our end of the socket pair that owns (and closes) the socket.
 
-
-def _widen_pipe(pipe: IO[bytes] | None) -> None:
-    try:
-        import fcntl
-    except ImportError:  # not Unix
-        return
-    if pipe is None:
-        return
-    with contextlib.suppress(OSError, ValueError):  # not Linux, or above the system's cap
-        fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
+    A socket, not a pipe: moving a 500 KB turn through a pipe cost the reading writer
+    ~0.4 ms of kernel time on this machine, through a Unix socket ~0.09 ms (and the
+    writing proxy about the same either way). The child reads it as its stdin, and
+    sees end of input when we close it or die, as with a pipe.
+    """
+    return os.fdopen(sock.detach(), "wb")  # write(2) works on a socket

@@ -57,7 +57,9 @@ def _frame(kind: bytes, meta: bytes, body: bytes, raw: bytes) -> bytes:
     return b"".join((_HEAD.pack(kind, len(meta), len(body), len(raw)), meta, body, raw))
 
 
-def decode(buf: bytes, bodies: ResentBodies | None = None) -> Iterator[TurnRecord | dict[str, Any]]:
+def decode(
+    buf: bytes | memoryview, bodies: ResentBodies | None = None
+) -> Iterator[TurnRecord | dict[str, Any]]:
     """The jobs in ``buf`` (whole frames): turn records, and calibrations as dicts.
 
     ``bodies`` (the writer's) spares re-parsing the history a body resends.

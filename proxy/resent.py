@@ -99,8 +99,8 @@ class ResentBodies:
         except orjson.JSONDecodeError:
             return None
         new = parsed.get("messages") if type(parsed) is dict else None
-        if type(new) is not list:
-            return None
+        if type(new) is not list or (not new and body[reuse.cut_from - 1] == ord(",")):
+            return None  # (a ',' then no message: a trailing comma, which orjson refuses)
         tail = elements_from(body, reuse.cut_from) if new else ([], reuse.cut_from)
         if tail is None or len(tail[0]) != len(new) or not self._one_key(body, old, tail[1]):
             return None

@@ -84,6 +84,36 @@ def test_same_as_orjson(
         assert exact(bodies.parse(body)) == exact(orjson.loads(body))
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    history=st.lists(message, min_size=2, max_size=6),
+    more=st.lists(message, max_size=2),
+    at=st.integers(1, 40),
+    edit=st.sampled_from([b"", b",", b"]", b"}", b" ", b'"', b"[", b"x", b"\xff"]),
+    drop=st.integers(0, 2),
+)
+@example(history=[{"role": "user", "content": "a"}] * 2, more=[], at=2, edit=b",", drop=0)
+def test_a_damaged_resend_fails_as_orjson_fails(
+    history: list[Any], more: list[Any], at: int, edit: bytes, drop: int
+) -> None:
+    """A resend damaged near its end (where the new messages are) parses to what orjson
+    gives, or fails as orjson fails: cutting out the reused messages hides nothing."""
+    bodies = ResentBodies()
+    bodies.parse(body_of(history, "m", {}, {}))
+    body = body_of(history + more, "m", {}, {})
+    i = max(0, len(body) - at)
+    damaged = body[:i] + edit + body[i + drop :]
+    try:
+        expected = exact(orjson.loads(damaged))
+    except orjson.JSONDecodeError:
+        expected = None
+    try:
+        got = exact(bodies.parse(damaged))
+    except orjson.JSONDecodeError:
+        got = None
+    assert got == expected
+
+
 def test_a_growing_conversation_parses_only_what_is_new() -> None:
     """200 turns: each body is parsed for its new messages, not the whole history again."""
     bodies = ResentBodies()
@@ -130,6 +160,27 @@ def test_a_second_messages_key_is_never_followed() -> None:
     escaped = b'{"messages": [{"role": "user", "content": "a"}], "messa\\u0067es": [1]}'
     for body in (one, two, one, escaped):
         assert exact(bodies.parse(body)) == exact(orjson.loads(body))
+
+
+def test_a_trailing_comma_after_reused_messages_is_refused_as_orjson_refuses_it() -> None:
+    """Cutting the reused messages out must not turn invalid JSON into valid JSON."""
+    bodies = ResentBodies()
+    history = [{"role": "user", "content": f"m{i} " * 50} for i in range(20)]
+    good = body_of(history, "m", {}, {})
+    bodies.parse(good)
+    bad = good.replace(b"]}", b", ]}")
+    for body in (bad, bad.replace(b", ]}", b",]}")):
+        try:
+            orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            raise AssertionError("the fixture should be invalid JSON")
+        try:
+            bodies.parse(body)
+        except orjson.JSONDecodeError:
+            continue
+        raise AssertionError("a trailing comma was accepted")
 
 
 def test_layout_offsets() -> None:

@@ -23,11 +23,6 @@ MAX_DEPTH = 254
 """orjson reads 1024 levels but writes only 254; a deeper body cannot be stored."""
 
 
-REUSE_FROM = 64 << 10
-"""Bodies this large are parsed through the engine's :class:`ResentBodies` (below it,
-looking one up costs more than parsing)."""
-
-
 Check = Callable[[dict[str, Any], int], None]
 """Refuses a parsed body by raising; the ``int`` leading messages were reused from a body
 that passed before, so only the ``messages`` the parsed body holds are to be checked,
@@ -50,7 +45,7 @@ def parse_json_object(
             "The request body is empty; send a JSON object (Content-Type: application/json)."
         )
     try:
-        if bodies is not None and len(raw) >= REUSE_FROM:
+        if bodies is not None:
             body = bodies.parse(raw, check=checked)
         else:
             body = orjson.loads(raw)

@@ -37,6 +37,10 @@ KEY_BYTES = 64
 """Bodies are looked up by their first bytes; conversations sharing them are told apart
 by comparing bytes."""
 PARTIAL_CANDIDATES = 16
+WORTH_REUSING = 64 << 10
+"""Bodies this large are worth looking up; a smaller one is parsed whole, which costs
+less than a lookup (and a burst of small, alike bodies under load would make lookups
+most of the store writer's work)."""
 Check = Callable[[Any, int], None]
 """Sees a parse and how many leading messages were reused; raises to refuse it."""
 
@@ -58,10 +62,12 @@ class _Reuse:
 
 
 class ResentBodies:
-    """Up to ``max_bodies`` recent bodies, within ``max_bytes``."""
+    """Up to ``max_bodies`` recent bodies of at least ``min_bytes``, within ``max_bytes``."""
 
-    def __init__(self, max_bodies: int = 256, max_bytes: int = 64 << 20) -> None:
-        self.max_bodies, self.max_bytes = max_bodies, max_bytes
+    def __init__(
+        self, max_bodies: int = 256, max_bytes: int = 64 << 20, min_bytes: int = 0
+    ) -> None:
+        self.max_bodies, self.max_bytes, self.min_bytes = max_bodies, max_bytes, min_bytes
         self._bodies: collections.OrderedDict[int, _Body] = collections.OrderedDict()
         self._by_key: dict[bytes, list[int]] = {}
         self._bytes = 0
@@ -76,7 +82,7 @@ class ResentBodies:
         cut out) and how many messages were reused, and may raise to refuse it; a
         refused body is not remembered.
         """
-        reuse = self._find(body)
+        reuse = self._find(body) if len(body) >= self.min_bytes else None
         if reuse is not None:
             parsed = self._parse_reusing(body, reuse, check)
             if parsed is not None:
@@ -86,7 +92,7 @@ class ResentBodies:
             check(parsed, 0)
         self.parsed_bytes += len(body)
         messages = parsed.get("messages") if type(parsed) is dict else None
-        if type(messages) is list and messages:
+        if type(messages) is list and messages and len(body) >= self.min_bytes:
             self._remember(_Body(body, messages))
         return parsed
 

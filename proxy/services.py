@@ -12,7 +12,7 @@ from aiohttp import web
 from proxy.chat_request import ChatRequest
 from proxy.config import Settings
 from proxy.metrics import Metrics
-from proxy.resent import ResentBodies
+from proxy.resent import WORTH_REUSING, ResentBodies
 from proxy.store.base import Decision, Store
 from proxy.tokens import ModelCounter
 from proxy.upstreams import Router, Upstream
@@ -69,7 +69,9 @@ class Services:
     store: Store | None
     timeout: aiohttp.ClientTimeout
     metrics: Metrics
-    bodies: ResentBodies = field(default_factory=lambda: ResentBodies(max_bytes=BODIES_BYTES))
+    bodies: ResentBodies = field(
+        default_factory=lambda: ResentBodies(max_bytes=BODIES_BYTES, min_bytes=WORTH_REUSING)
+    )
     """Recent large bodies, so a resent history is not parsed again (see ``resent``)."""
 
 

@@ -202,10 +202,11 @@ def test_the_request_checks_still_refuse_a_resent_body() -> None:
     """A large body that resends a remembered history but nests its new message too
     deep is refused as before, and is not remembered for reuse."""
     from proxy.errors import InvalidRequest
-    from proxy.parse import MAX_DEPTH, REUSE_FROM, parse_chat
+    from proxy.parse import MAX_DEPTH, parse_chat
+    from proxy.resent import WORTH_REUSING
 
-    bodies = ResentBodies()
-    history = [{"role": "user", "content": "x" * 1000} for _ in range(REUSE_FROM // 1000 + 1)]
+    bodies = ResentBodies(min_bytes=WORTH_REUSING)
+    history = [{"role": "user", "content": "x" * 1000} for _ in range(WORTH_REUSING // 1000 + 1)]
     ok = json.dumps({"model": "m", "messages": history}).encode()
     assert parse_chat(ok, bodies).messages == tuple(history)
     deep: Any = "leaf"
@@ -228,10 +229,11 @@ def test_the_request_checks_still_refuse_a_resent_body() -> None:
 def test_a_resent_body_is_checked_for_its_new_messages_by_their_place() -> None:
     """Reused messages passed before; a bad new one is refused under its own index."""
     from proxy.errors import InvalidRequest
-    from proxy.parse import REUSE_FROM, parse_chat
+    from proxy.parse import parse_chat
+    from proxy.resent import WORTH_REUSING
 
-    bodies = ResentBodies()
-    history = [{"role": "user", "content": "y" * 1000} for _ in range(REUSE_FROM // 1000 + 1)]
+    bodies = ResentBodies(min_bytes=WORTH_REUSING)
+    history = [{"role": "user", "content": "y" * 1000} for _ in range(WORTH_REUSING // 1000 + 1)]
     parse_chat(json.dumps({"model": "m", "messages": history}).encode(), bodies)
     bad = json.dumps({"model": "m", "messages": [*history, {"content": "no role"}]}).encode()
     try:
@@ -259,3 +261,12 @@ def test_conversations_sharing_a_system_prompt_each_reuse_their_own() -> None:
             expected += len(history) - 2 if turn else min(c, 1)
             history.append({"role": "assistant", "content": f"answer {c}.{turn}"})
     assert bodies.reused_messages == expected
+
+
+def test_bodies_below_min_bytes_are_parsed_whole_and_not_kept() -> None:
+    """A small body costs one orjson.loads: no lookup, nothing remembered."""
+    bodies = ResentBodies(min_bytes=10_000)
+    small = body_of([{"role": "user", "content": "hi"}], "m", {}, {})
+    for _ in range(3):
+        assert bodies.parse(small) == orjson.loads(small)
+    assert len(bodies) == 0 and bodies.reused_messages == 0

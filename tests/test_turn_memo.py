@@ -13,8 +13,8 @@ import orjson
 from proxy.build import build_engine
 from proxy.config import Settings
 from proxy.engine import Engine
-from proxy.parse import REUSE_FROM, parse_chat
-from proxy.resent import ResentBodies
+from proxy.parse import parse_chat
+from proxy.resent import WORTH_REUSING, ResentBodies
 from proxy.upstreams import Router, Upstream
 
 MODELS = {
@@ -61,7 +61,7 @@ def _turns(rng: random.Random, n: int) -> list[list[dict[str, Any]]]:
 
 async def _plans(carry: bool, bodies: list[bytes]) -> list[tuple[bytes, Any]]:
     engine = _engine(carry)
-    resent = ResentBodies() if carry else None
+    resent = ResentBodies(min_bytes=WORTH_REUSING) if carry else None
     out = []
     for raw in bodies:
         plan = await engine.plan(parse_chat(raw, resent), UP)
@@ -79,7 +79,7 @@ def test_carried_memos_forward_the_same_bytes() -> None:
     for j, history in enumerate(_turns(rng, 24)):
         model = "small-16k" if 10 <= j < 14 else "small-8k"
         bodies.append(orjson.dumps({"model": model, "messages": history, "stream": False}))
-    assert max(map(len, bodies)) > REUSE_FROM  # the later turns go through reuse
+    assert max(map(len, bodies)) > WORTH_REUSING  # the later turns go through reuse
     carried = asyncio.run(_plans(True, bodies))
     fresh = asyncio.run(_plans(False, bodies))
     assert [d.action for _, d in fresh].count("compressed") > 10

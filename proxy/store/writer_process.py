@@ -24,7 +24,7 @@ import structlog
 
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_gc_threshold, tune_malloc, yield_to_requests
-from proxy.resent import ResentBodies
+from proxy.resent import WORTH_REUSING, ResentBodies
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import decode
 
@@ -112,7 +112,8 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     thread = threading.Thread(target=reporter.run, args=(stop,), daemon=True)
     thread.start()
     reporter.report(force=True)
-    bodies = ResentBodies(max_bytes=32 << 20)  # the prefix cache holds the same messages
+    # (max_bytes: the prefix cache holds the same messages)
+    bodies = ResentBodies(max_bytes=32 << 20, min_bytes=WORTH_REUSING)
     batch = _Batches(inp)
     try:
         while (head := _next_head(store, inp)) and len(head) == LENGTH.size:

@@ -90,8 +90,12 @@ class SqliteStore:
         max_batch: int = 500,
         index_batch: int = 256,
         index_interval_s: float = 2.0,
+        yield_s: float | None = _YIELD_S,
     ) -> None:
+        """``yield_s``: release the GIL this often within a batch, for an event loop
+        sharing the process (None: never; the store writer process has no loop)."""
         self.path = Path(path)
+        self.yield_s = yield_s
         self.flush_interval_s = flush_interval_s
         self.redact = redact
         self.max_bytes = max_bytes
@@ -343,8 +347,9 @@ class SqliteStore:
                 known.seen.reset()
                 self._data_version = version
             yielded = time.perf_counter()
+            every = self.yield_s
             for i, job in enumerate(batch):
-                if time.perf_counter() - yielded >= _YIELD_S:
+                if every is not None and time.perf_counter() - yielded >= every:
                     time.sleep(0)  # release the GIL: the event loop may be waiting
                     yielded = time.perf_counter()
                 try:

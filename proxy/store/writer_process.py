@@ -156,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush_interval_s=args.flush_interval_s,
         redact=args.redact,
         max_bytes=args.max_bytes,
+        yield_s=None,  # no event loop here: the reader thread only decodes what it reads
     )
     serve(store, sys.stdin.buffer, sys.stdout.buffer)
     return 0

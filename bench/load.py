@@ -154,10 +154,14 @@ def run_load(
         if writer_pid is not None:
             pin_threads(writer_pid, cores.client)
         cpu0, t0 = cpu_seconds(handoff.pid), time.monotonic()
+        wcpu0 = cpu_seconds(writer_pid) if writer_pid is not None else 0.0
         tally = asyncio.run(drive(handoff.port, clients, seconds))
         wall, cpu = time.monotonic() - t0, cpu_seconds(handoff.pid) - cpu0
         peak_kb = memory_kb(handoff.pid).get("VmHWM", 0)
         health = store_health(handoff.port)
+        # the writer's CPU per turn written so far (it exits with the proxy, after draining)
+        written = count_turns(db)
+        wcpu = cpu_seconds(writer_pid) - wcpu0 if writer_pid is not None else None
         t_stop = time.monotonic()
         exit_code = stop_gracefully(handoff)
         drain = time.monotonic() - t_stop
@@ -184,6 +188,7 @@ def run_load(
         "cpu_percent": round(100 * cpu / wall, 1) if wall else 0.0,
         "pinned": cores.pinned,
         "store_writer": writer,
+        "writer_cpu_ms_per_turn": round(wcpu * 1e3 / written, 3) if wcpu and written else None,
     }
 
 

@@ -16,8 +16,8 @@ the queue is full the oldest turn is dropped and counted.
 The writer shares the GIL with the event loop, so its CPU is taken from request
 handling. It keeps a :class:`~proxy.store.prefix.PrefixCache` so a turn costs
 its new messages, not its whole history, and a :class:`~proxy.store.known.Known`
-so it asks the database little; it lets other threads run every half millisecond
-of a batch.
+so it asks the database little; it lets other threads run every ``yield_s`` of a
+batch (half a millisecond; never in the writer process, which has no event loop).
 """
 
 from __future__ import annotations
@@ -56,8 +56,7 @@ _Job = TurnRecord | _Calibration
 
 _YIELD_S = 0.0005
 """Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs ~12 µs of
-CPU (it really sleeps, for the timer slack), and every SQLite statement already
-releases the GIL while it runs; so the writer yields by the clock, not every turn."""
+CPU (the timer slack) and every SQLite statement releases the GIL: yield by the clock."""
 
 
 @dataclass(slots=True)
@@ -92,8 +91,6 @@ class SqliteStore:
         index_interval_s: float = 2.0,
         yield_s: float | None = _YIELD_S,
     ) -> None:
-        """``yield_s``: release the GIL this often within a batch, for an event loop
-        sharing the process (None: never; the store writer process has no loop)."""
         self.path = Path(path)
         self.yield_s = yield_s
         self.flush_interval_s = flush_interval_s
@@ -346,8 +343,7 @@ class SqliteStore:
                 known.clear()  # another connection committed: forget what we knew
                 known.seen.reset()
                 self._data_version = version
-            yielded = time.perf_counter()
-            every = self.yield_s
+            yielded, every = time.perf_counter(), self.yield_s
             for i, job in enumerate(batch):
                 if every is not None and time.perf_counter() - yielded >= every:
                     time.sleep(0)  # release the GIL: the event loop may be waiting

@@ -13,11 +13,10 @@ Failures (disk full, locked, read-only, a missing directory) are logged, counted
 and reported by :meth:`health`; the batch stays queued and is retried, and when
 the queue is full the oldest turn is dropped and counted.
 
-The writer shares the GIL with the event loop, so its CPU is taken from request
-handling. It keeps a :class:`~proxy.store.prefix.PrefixCache` so a turn costs
-its new messages, not its whole history, and a :class:`~proxy.store.known.Known`
-so it asks the database little; it lets other threads run every ``yield_s`` of a
-batch (half a millisecond; never in the writer process, which has no event loop).
+A writer thread shares the GIL with the event loop, so it lets other threads run every
+``yield_s`` of a batch (none in the writer process, which has no loop). A
+:class:`~proxy.store.prefix.PrefixCache` makes a turn cost its new messages, and a
+:class:`~proxy.store.known.Known` spares most database lookups.
 """
 
 from __future__ import annotations

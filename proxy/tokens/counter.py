@@ -112,7 +112,7 @@ class ModelCounter:
 
         def count(messages: Sequence[Message]) -> int:
             total, fresh = fixed, []
-            now, then = memo.now, memo.then
+            now, then = memo.now, memo.then  # Recall.get, inlined: it runs per message
             for msg in messages:
                 hit = now.get(id(msg))
                 if hit is None or hit[0] is not msg:

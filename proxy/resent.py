@@ -180,7 +180,7 @@ class ResentBodies:
                 return None
         if not body.startswith(raw[: lay.ends[0]]):
             return None
-        n = bisect.bisect_right(lay.ends, _common_prefix(old.raw, body))
+        n = bisect.bisect_right(lay.ends, common_prefix(old.raw, body))
         return _reuse(old, body, n) if n else None
 
     def _remember(self, entry: _Body) -> None:
@@ -198,14 +198,19 @@ class ResentBodies:
     def _forget(self, bid: int) -> None:
         entry = self._bodies.pop(bid)
         self._bytes -= len(entry.raw)
-        key = entry.raw[:KEY_BYTES]
-        ids = self._by_key[key]
-        ids.remove(bid)
-        if not ids:
-            del self._by_key[key]
+        unindex(self._by_key, entry.raw, bid)
 
     def __len__(self) -> int:
         return len(self._bodies)
+
+
+def unindex(by_key: dict[bytes, list[int]], raw: bytes, n: int) -> None:
+    """Take body ``n`` out of an index of bodies by their first ``KEY_BYTES``."""
+    key = raw[:KEY_BYTES]
+    ids = by_key[key]
+    ids.remove(n)
+    if not ids:
+        del by_key[key]
 
 
 def _reuse(old: _Body, body: bytes, n: int) -> _Reuse | None:
@@ -217,7 +222,7 @@ def _reuse(old: _Body, body: bytes, n: int) -> _Reuse | None:
     return _Reuse(old, n, at + 1 if body[at] == ord(",") else at)
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
+def common_prefix(a: bytes, b: bytes) -> int:
     """How many leading bytes ``a`` and ``b`` share: a binary search in which each step
     compares only the bytes not yet known to match, so memcmp does O(n) work in all."""
     lo, hi = 0, min(len(a), len(b))

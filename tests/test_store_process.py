@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from proxy.store.base import Decision, TurnRecord
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
-from proxy.store.wire import decode, encode_calibration, encode_turn
+from proxy.store.shipped import ShippedBodies
+from proxy.store.wire import decode, encode_calibration, encode_turn, frames
 from tests.test_store_fixtures import conversation
 
 json_values = st.recursive(
@@ -51,7 +52,8 @@ def test_turns_cross_the_pipe_unchanged(
     turn = _record(msgs, raw, reply={"role": "assistant", "content": reply}, decision=decision,
                    raw_response=sse or None, request_params={"temperature": 0.5}, status=200)  # fmt: skip
     cal = {"gpt-4o": 1.25}
-    jobs = list(decode(encode_turn(turn) + encode_calibration(cal)))
+    wire = b"".join(frames([encode_turn(turn), encode_calibration(cal)], ShippedBodies()))
+    jobs = list(decode(wire, ShippedBodies()))
     assert jobs == [turn, cal]
 
 

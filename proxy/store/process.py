@@ -2,10 +2,11 @@
 
 A writer thread shares the proxy's GIL: hashing messages and driving SQLite take
 CPU from request handling and hold the loop up for slices of a batch. Here the
-request path frames each turn (``wire``: the request body travels as received)
+request path encodes each turn (``wire``: the request body travels as received)
 onto a queue bounded in bytes; a shipper thread writes batches of frames to a
 child process (``writer_process``), which runs the same :class:`SqliteStore`
-on whatever core is free.
+on whatever core is free. A body that resends one the child holds travels as
+what it adds to it (``shipped``).
 
 The child outlives a ``kill -9`` of the proxy long enough to drain its pipe, so
 every turn handed over is written. If the child dies, it is started again and
@@ -34,7 +35,8 @@ import structlog
 
 from proxy.store.base import StoreHealth, TurnRecord
 from proxy.store.calibration import load_calibration
-from proxy.store.wire import encode_calibration, encode_turn
+from proxy.store.shipped import ShippedBodies
+from proxy.store.wire import Job, encode_calibration, encode_turn, frames
 from proxy.store.writer_process import LENGTH
 
 log = structlog.get_logger("handoff.store")
@@ -54,6 +56,7 @@ class _Child:
     channel: IO[bytes]  # the child's stdin: our end of a socket pair
     shipped: int = 0  # jobs written to its pipe
     report: dict[str, Any] = field(default_factory=dict)
+    held: ShippedBodies = field(default_factory=ShippedBodies)  # what it holds, mirrored
 
 
 class ProcessStore:
@@ -77,7 +80,7 @@ class ProcessStore:
             *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),
         ]  # fmt: skip
         self._cond = threading.Condition()
-        self._queue: collections.deque[bytes] = collections.deque(maxlen=max_queue)
+        self._queue: collections.deque[Job] = collections.deque(maxlen=max_queue)
         self._busy = 0
         self._queued_bytes = 0
         self._dropped = 0  # turns lost here or in a child that died
@@ -92,7 +95,7 @@ class ProcessStore:
     def record(self, turn: TurnRecord) -> None:
         """Queue a turn for the writer process. Never blocks on I/O and never raises.
 
-        The turn is framed here, so what waits is bytes, counted exactly: a parsed
+        The turn is encoded here, so what waits is bytes, counted exactly: a parsed
         history can take tens of times its JSON's size, and a writer that falls
         behind must not let queued turns take the proxy's memory.
         """
@@ -113,14 +116,14 @@ class ProcessStore:
             self._dropped += 1
             self._last_error = f"cannot encode a turn: {e!r}"
 
-    def _put(self, job: bytes) -> None:
+    def _put(self, job: Job) -> None:
         try:
             with self._cond:
                 q = self._queue
                 if q.maxlen is not None and len(q) == q.maxlen:
                     self._drop_oldest()
                 q.append(job)
-                self._queued_bytes += len(job)
+                self._queued_bytes += job.size
                 while self._queued_bytes > MAX_QUEUE_BYTES and len(q) > 1:
                     self._drop_oldest()
                 if len(q) == 1:
@@ -129,7 +132,7 @@ class ProcessStore:
             pass
 
     def _drop_oldest(self) -> None:
-        self._queued_bytes -= len(self._queue.popleft())
+        self._queued_bytes -= self._queue.popleft().size
         self._dropped += 1
         self._last_error = "queue full: dropped the oldest turn"
 
@@ -245,7 +248,7 @@ class ProcessStore:
                 child.report = report
                 self._cond.notify_all()
 
-    def _take(self) -> list[bytes] | None:
+    def _take(self) -> list[Job] | None:
         """The next batch; None once closing with nothing left.
 
         After the first turn wakes it, the shipper lets ``GATHER_S`` pass before taking
@@ -261,7 +264,7 @@ class ProcessStore:
             if not self._queue:
                 return None
             batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
-            self._queued_bytes -= sum(map(len, batch))
+            self._queued_bytes -= sum(job.size for job in batch)
             self._busy = len(batch)
             return batch
 
@@ -283,10 +286,10 @@ class ProcessStore:
             with contextlib.suppress(OSError):
                 child.channel.close()  # end of input: the child drains and exits
 
-    def _send(self, batch: list[bytes]) -> bool:
+    def _send(self, batch: list[Job]) -> bool:
         """Write one batch to the child (restarting it if it died); False to retry later.
-        The frames go out as they are, after their total length: joining them would
-        copy every request body once more."""
+        The frames are made for this child (what it holds), and go out in pieces after
+        their total length: joining them would copy every request body once more."""
         child = self._child
         if child is None or child.proc.poll() is not None:
             if not self._restart(child):
@@ -294,10 +297,12 @@ class ProcessStore:
             child = self._child
             assert child is not None
         pipe = child.channel
+        pieces = frames(batch, child.held)
         try:
-            pipe.writelines([LENGTH.pack(sum(map(len, batch))), *batch])
+            pipe.writelines([LENGTH.pack(sum(map(len, pieces))), *pieces])
             pipe.flush()
         except (BrokenPipeError, OSError, ValueError) as e:
+            child.held.clear()  # the batch may not have arrived: ship nothing against it
             self._failed(f"store writer process gone: {e!r}", 0)
             return False
         with self._cond:

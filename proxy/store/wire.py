@@ -1,29 +1,52 @@
 """Turn records as bytes, for the writer process (see ``process``).
 
-A frame is a kind byte, three little-endian lengths, then the parts: the JSON of
-the record's small fields, the client's request body exactly as received, and
-the raw SSE bytes if kept. Shipping the body as received costs the proxy one
-copy instead of serialising a long history (and its tools) every turn; the writer
-parses it, reusing what it parsed of the same history before (``resent``).
-Without a raw body the messages and other fields travel in the JSON.
+A frame is a head (kind, the three parts' lengths, the frame's number, the body it
+is shipped against and how many bytes of it) and then the parts: the JSON of the
+record's small fields, the client's request body as received, and the raw SSE
+bytes if kept. Shipping the body as received costs the proxy no serialising of a
+long history (and its tools) every turn, and shipping only what it adds to a body
+the writer holds (``shipped``) costs no copying of it either; the writer rebuilds
+the body and parses it, reusing what it parsed of the same history before
+(``resent``). Without a raw body the messages and other fields travel in the JSON.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import orjson
 
 from proxy.resent import ResentBodies
 from proxy.store.base import Decision, TurnRecord, request_params
+from proxy.store.shipped import ShippedBodies
 
 TURN, CALIBRATION = b"T", b"C"
-_HEAD = struct.Struct("<cIII")
+_HEAD = struct.Struct("<cIIIQQI")  # kind, 3 lengths, seq, base + 1 (0: none), shared
 
 
-def encode_turn(turn: TurnRecord) -> bytes:
+class Job(NamedTuple):
+    """A turn or calibration, encoded but not yet framed (that needs the channel's
+    :class:`ShippedBodies`)."""
+
+    kind: bytes
+    meta: bytes
+    body: bytes
+    raw: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.meta) + len(self.body) + len(self.raw)
+
+
+class Unreadable(NamedTuple):
+    """A frame the writer could not decode, and why: skipped, counted, the rest read."""
+
+    error: str
+
+
+def encode_turn(turn: TurnRecord) -> Job:
     meta: dict[str, Any] = {
         "workspace": turn.workspace,
         "started_at": turn.started_at,
@@ -44,42 +67,85 @@ def encode_turn(turn: TurnRecord) -> bytes:
     body = turn.raw_request or b""
     if not body:
         meta["messages"], meta["request_params"] = turn.messages, turn.request_params
-    return _frame(
+    return Job(
         TURN, orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS), body, turn.raw_response or b""
     )
 
 
-def encode_calibration(data: Mapping[str, Any]) -> bytes:
-    return _frame(CALIBRATION, orjson.dumps(dict(data)), b"", b"")
+def encode_calibration(data: Mapping[str, Any]) -> Job:
+    return Job(CALIBRATION, orjson.dumps(dict(data)), b"", b"")
 
 
-def _frame(kind: bytes, meta: bytes, body: bytes, raw: bytes) -> bytes:
-    return b"".join((_HEAD.pack(kind, len(meta), len(body), len(raw)), meta, body, raw))
+def frames(jobs: Sequence[Job], held: ShippedBodies) -> list[bytes | memoryview]:
+    """The jobs' frames, as pieces to write in order; each body is shipped against the
+    body ``held`` (the proxy's mirror of the writer's) shares the most with, if any."""
+    pieces: list[bytes | memoryview] = []
+    for kind, meta, body, raw in jobs:
+        seq, base, shared = held.ship(body) if kind == TURN else (0, None, 0)
+        tail = memoryview(body)[shared:] if shared else body
+        ref = 0 if base is None else base + 1
+        pieces += (
+            _HEAD.pack(kind, len(meta), len(tail), len(raw), seq, ref, shared),
+            meta,
+            tail,
+            raw,
+        )
+    return pieces
 
 
 def decode(
-    buf: bytes | memoryview, bodies: ResentBodies | None = None
-) -> Iterator[TurnRecord | dict[str, Any]]:
-    """The jobs in ``buf`` (whole frames): turn records, and calibrations as dicts.
+    buf: bytes | memoryview, held: ShippedBodies, bodies: ResentBodies | None = None
+) -> Iterator[TurnRecord | dict[str, Any] | Unreadable]:
+    """The jobs in ``buf`` (whole frames): turn records, calibrations as dicts, and
+    :class:`Unreadable` for a frame that cannot be decoded.
 
-    ``bodies`` (the writer's) spares re-parsing the history a body resends.
+    ``held`` is the writer's end of the bodies mirror; ``bodies`` (the writer's)
+    spares re-parsing the history a body resends.
     """
     view, at = memoryview(buf), 0
     while at < len(buf):
-        kind, n_meta, n_body, n_raw = _HEAD.unpack_from(buf, at)
+        kind, n_meta, n_tail, n_raw, seq, ref, shared = _HEAD.unpack_from(buf, at)
         at += _HEAD.size
-        meta = orjson.loads(view[at : at + n_meta])
-        at += n_meta
-        body = bytes(view[at : at + n_body])
-        at += n_body
-        raw = bytes(view[at : at + n_raw])
-        at += n_raw
+        meta, tail, raw = (
+            view[at : at + n_meta],
+            view[at + n_meta : at + n_meta + n_tail],
+            view[at + n_meta + n_tail : at + n_meta + n_tail + n_raw],
+        )
+        at += n_meta + n_tail + n_raw
         if kind == CALIBRATION:
-            yield meta
+            try:
+                yield orjson.loads(meta)
+            except orjson.JSONDecodeError as e:
+                yield Unreadable(f"calibration: {e!r}")
             continue
-        if body:
-            parsed = bodies.parse(body) if bodies is not None else orjson.loads(body)
-            meta["messages"], meta["request_params"] = parsed["messages"], request_params(parsed)
-        if meta["decision"] is not None:
-            meta["decision"] = Decision.from_dict(meta["decision"])
-        yield TurnRecord(raw_response=raw or None, raw_request=body or None, **meta)
+        base = ref - 1 if ref else None
+        body = _rebuild(held, base, shared, tail)
+        if body is None:
+            held.keep(seq, b"", base)
+            yield Unreadable(f"frame {seq} is shipped against body {base}, which is not held")
+            continue
+        held.keep(seq, body, base)
+        try:
+            yield _turn(orjson.loads(meta), body, bytes(raw), bodies)
+        except (ValueError, TypeError) as e:  # orjson's errors are ValueErrors
+            yield Unreadable(f"frame {seq}: {e!r}")
+
+
+def _rebuild(held: ShippedBodies, base: int | None, shared: int, tail: memoryview) -> bytes | None:
+    """The body a frame ships: ``tail`` after the first ``shared`` bytes of held body
+    ``base``; None if that is not held."""
+    if base is None:
+        return bytes(tail)
+    try:
+        return b"".join((memoryview(held.get(base))[:shared], tail))
+    except KeyError:
+        return None
+
+
+def _turn(meta: dict[str, Any], body: bytes, raw: bytes, bodies: ResentBodies | None) -> TurnRecord:
+    if body:
+        parsed = bodies.parse(body) if bodies is not None else orjson.loads(body)
+        meta["messages"], meta["request_params"] = parsed["messages"], request_params(parsed)
+    if meta["decision"] is not None:
+        meta["decision"] = Decision.from_dict(meta["decision"])
+    return TurnRecord(raw_response=raw or None, raw_request=body or None, **meta)

@@ -25,8 +25,9 @@ import structlog
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_gc_threshold, tune_malloc, yield_to_requests
 from proxy.resent import WORTH_REUSING, ResentBodies
+from proxy.store.shipped import ShippedBodies
 from proxy.store.sqlite import SqliteStore
-from proxy.store.wire import decode
+from proxy.store.wire import Unreadable, decode
 
 log = structlog.get_logger("handoff.store")
 
@@ -40,6 +41,7 @@ class _Reporter:
     def __init__(self, store: SqliteStore, out: IO[bytes]) -> None:
         self.store, self.out = store, out
         self.received = 0
+        self.unreadable = 0  # frames skipped: failures of ours, not of the store
         self._last: dict[str, Any] | None = None
         self._last_at = 0.0
         self._lock = threading.Lock()
@@ -50,7 +52,7 @@ class _Reporter:
         state = {
             "ok": h.ok,
             "queue_depth": h.queue_depth,
-            "write_failures": h.write_failures,
+            "write_failures": h.write_failures + self.unreadable,
             "last_error": h.last_error,
             "received": self.received,
             "writer_cpu_s": time.process_time(),
@@ -114,6 +116,7 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     reporter.report(force=True)
     # (max_bytes: the prefix cache holds the same messages)
     bodies = ResentBodies(max_bytes=32 << 20, min_bytes=WORTH_REUSING)
+    held = ShippedBodies()  # the proxy's shipper keeps its mirror
     batch = _Batches(inp)
     try:
         while (head := _next_head(store, inp)) and len(head) == LENGTH.size:
@@ -122,8 +125,11 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
             if payload is None:
                 break  # the proxy died mid-write: that batch never completed
             try:
-                for job in decode(payload, bodies):
-                    if isinstance(job, dict):
+                for job in decode(payload, held, bodies):
+                    if isinstance(job, Unreadable):
+                        log.error("store_frame_unreadable", error=job.error)
+                        reporter.unreadable += 1
+                    elif isinstance(job, dict):
                         store.save_calibration(job)
                     else:
                         store.record(job)

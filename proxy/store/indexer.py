@@ -14,6 +14,7 @@ above it is *pending*. Readers search pending messages by scanning them (see
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 import orjson
 
@@ -28,10 +29,16 @@ def indexed_upto(db: sqlite3.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def index_pending(db: sqlite3.Connection, limit: int = 2000) -> int:
+PACE_ROWS = 32
+
+
+def index_pending(
+    db: sqlite3.Connection, limit: int = 2000, pace: Callable[[], None] | None = None
+) -> int:
     """Index and pack up to ``limit`` pending messages (inside the caller's transaction).
 
-    Returns how many were processed; call again while it returns ``limit``.
+    Returns how many were processed; call again while it returns ``limit``. ``pace``
+    is called every ``PACE_ROWS`` messages (the writer gives way: ``pacing``).
     """
     upto = indexed_upto(db)
     rows = db.execute(
@@ -42,7 +49,9 @@ def index_pending(db: sqlite3.Connection, limit: int = 2000) -> int:
     fts = has_fts(db)
     texts: list[tuple[int, str]] = []
     packed: list[tuple[bytes, int]] = []
-    for mid, stored in rows:
+    for i, (mid, stored) in enumerate(rows):
+        if pace is not None and i % PACE_ROWS == 0:
+            pace()
         body = unpack_body(stored)
         if fts and body.startswith(b'{"'):
             text = message_text(orjson.loads(body))
@@ -51,8 +60,12 @@ def index_pending(db: sqlite3.Connection, limit: int = 2000) -> int:
         small = pack_body(body)
         if small is not stored and small != stored:
             packed.append((small, mid))
-    if texts:
-        db.executemany("INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", texts)
+    for at in range(0, len(texts), PACE_ROWS):  # (FTS5 builds one segment all the same)
+        if pace is not None:
+            pace()
+        db.executemany(
+            "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)", texts[at : at + PACE_ROWS]
+        )
     if packed:
         db.executemany("UPDATE messages SET body = ? WHERE id = ?", packed)
     db.execute("UPDATE index_state SET upto = ?", (rows[-1][0],))

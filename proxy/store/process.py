@@ -10,8 +10,8 @@ what it adds to it (``shipped``).
 
 The child outlives a ``kill -9`` of the proxy long enough to drain its pipe, so
 every turn handed over is written. If the child dies, it is started again and
-what it held is counted as failed; while it is down the turns wait here (up to
-``max_queue``). Health is the child's own report plus what waits here.
+what it held is counted as failed; while it is down, or behind, the turns wait here
+(up to ``MAX_QUEUE_BYTES``). Health is the child's own report plus what waits here.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from proxy.store.base import StoreHealth, TurnRecord
 from proxy.store.calibration import load_calibration
 from proxy.store.shipped import ShippedBodies
 from proxy.store.wire import Job, encode_calibration, encode_turn, frames
-from proxy.store.writer_process import LENGTH
+from proxy.store.writer_process import HEAD
 
 log = structlog.get_logger("handoff.store")
 
@@ -69,7 +69,7 @@ class ProcessStore:
         flush_interval_s: float = 0.2,
         redact: bool = False,
         max_bytes: int | None = None,
-        max_queue: int = 10_000,
+        max_queue: int | None = None,
         log_format: str = "console",
     ) -> None:
         self.path = Path(path)
@@ -123,7 +123,7 @@ class ProcessStore:
                 if q.maxlen is not None and len(q) == q.maxlen:
                     self._drop_oldest()
                 q.append(job)
-                self._queued_bytes += job.size
+                self._queued_bytes += _held(job)
                 while self._queued_bytes > MAX_QUEUE_BYTES and len(q) > 1:
                     self._drop_oldest()
                 if len(q) == 1:
@@ -132,7 +132,7 @@ class ProcessStore:
             pass
 
     def _drop_oldest(self) -> None:
-        self._queued_bytes -= self._queue.popleft().size
+        self._queued_bytes -= _held(self._queue.popleft())
         self._dropped += 1
         self._last_error = "queue full: dropped the oldest turn"
 
@@ -264,7 +264,7 @@ class ProcessStore:
             if not self._queue:
                 return None
             batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
-            self._queued_bytes -= sum(job.size for job in batch)
+            self._queued_bytes -= sum(map(_held, batch))
             self._busy = len(batch)
             return batch
 
@@ -299,7 +299,8 @@ class ProcessStore:
         pipe = child.channel
         pieces = frames(batch, child.held)
         try:
-            pipe.writelines([LENGTH.pack(sum(map(len, pieces))), *pieces])
+            head = HEAD.pack(sum(map(len, pieces)), len(self._queue))  # (behind it)
+            pipe.writelines([head, *pieces])
             pipe.flush()
         except (BrokenPipeError, OSError, ValueError) as e:
             child.held.clear()  # the batch may not have arrived: ship nothing against it
@@ -329,6 +330,11 @@ class ProcessStore:
             self._dropped += lost
             self._last_error = error
             self._broken = True
+
+
+def _held(job: Job) -> int:
+    """The memory a queued job holds: its bytes, and ~250 for the objects around them."""
+    return job.size + 256
 
 
 def _channel(sock: socket.socket) -> IO[bytes]:

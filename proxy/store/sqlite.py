@@ -13,8 +13,8 @@ Failures (disk full, locked, read-only, a missing directory) are logged, counted
 and reported by :meth:`health`; the batch stays queued and is retried, and when
 the queue is full the oldest turn is dropped and counted.
 
-A writer thread shares the GIL with the event loop, so it lets other threads run every
-``yield_s`` of a batch (none in the writer process, which has no loop). A
+A writer thread shares the GIL with the event loop, so it gives way (``pacing``) every
+``_YIELD_S`` of a batch; the writer process passes its own ``pacer``. A
 :class:`~proxy.store.prefix.PrefixCache` makes a turn cost its new messages, and a
 :class:`~proxy.store.known.Known` spares most database lookups.
 """
@@ -40,6 +40,7 @@ from proxy.store.calibration import load_calibration, save_calibration
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
 from proxy.store.known import Known
+from proxy.store.pacing import Pacer, release_gil
 from proxy.store.prefix import PrefixCache
 from proxy.store.write import write_turn
 
@@ -88,10 +89,10 @@ class SqliteStore:
         max_batch: int = 500,
         index_batch: int = 256,
         index_interval_s: float = 2.0,
-        yield_s: float | None = _YIELD_S,
+        pacer: Pacer | None = None,
     ) -> None:
         self.path = Path(path)
-        self.yield_s = yield_s
+        self._pacer = pacer or Pacer(_YIELD_S, release_gil)
         self.flush_interval_s = flush_interval_s
         self.redact = redact
         self.max_bytes = max_bytes
@@ -317,9 +318,9 @@ class SqliteStore:
     def _index(self, db: sqlite3.Connection) -> bool:
         """Index and pack a bounded share of the pending messages; True when none are left."""
         limit = 10 * self.index_batch
-        done = index_pending(db, limit)
+        done = index_pending(db, limit, self._pacer)
         while done == limit and self._state.closing:
-            done = index_pending(db, limit)
+            done = index_pending(db, limit, self._pacer)
         return done < limit
 
     def _transaction(
@@ -342,11 +343,9 @@ class SqliteStore:
                 known.clear()  # another connection committed: forget what we knew
                 known.seen.reset()
                 self._data_version = version
-            yielded, every = time.perf_counter(), self.yield_s
+            self._pacer.restart()
             for i, job in enumerate(batch):
-                if every is not None and time.perf_counter() - yielded >= every:
-                    time.sleep(0)  # release the GIL: the event loop may be waiting
-                    yielded = time.perf_counter()
+                self._pacer()
                 try:
                     if isinstance(job, _Calibration):
                         save_calibration(db, job.data)

@@ -1,7 +1,7 @@
 """``python -m proxy.store.writer_process``: the store's writer, in a process of its own.
 
 Started by :class:`~proxy.store.process.ProcessStore`. Reads batches from stdin
-(a 4-byte little-endian length, then ``wire`` frames) and hands each job to a
+(``HEAD``: a length and the turns waiting behind, then ``wire`` frames) and hands each job to a
 :class:`~proxy.store.sqlite.SqliteStore`; writes its health to stdout as JSON
 lines. End of input, including the proxy's death by ``kill -9``, drains the
 store and exits: what reached the pipe is written. Signals aimed at the proxy's
@@ -25,16 +25,36 @@ import structlog
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_gc_threshold, tune_malloc, yield_to_requests
 from proxy.resent import WORTH_REUSING, ResentBodies
+from proxy.store.pacing import Pacer, yield_cpu
 from proxy.store.shipped import ShippedBodies
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import Unreadable, decode
 
 log = structlog.get_logger("handoff.store")
 
-LENGTH = struct.Struct("<I")
+HEAD = struct.Struct("<II")
+"""A batch's length, and how many turns wait behind it in the proxy's queue."""
 BACKLOG = 2_000
+GIVE_WAY_S = 0.0002
+"""Work between two ``sched_yield`` calls (``pacing``): about one turn."""
+KEEPING_UP = 64
+"""Fewer turns than this waiting, here and in the proxy: the writer gives way (``pacing``);
+more, and it takes its full share of the CPU until it has caught up."""
 REPORT_EVERY_S = 0.05
 """Health goes to the proxy this often while it changes, and every second regardless."""
+
+
+class _Backlog:
+    """How far behind the writer is: the turns the proxy said wait behind the last batch,
+    plus those waiting for SQLite here."""
+
+    def __init__(self) -> None:
+        self.store: SqliteStore | None = None
+        self.behind_batch = 0
+
+    def keeping_up(self) -> bool:
+        queued = self.store.health().queue_depth if self.store is not None else 0
+        return self.behind_batch + queued < KEEPING_UP
 
 
 class _Reporter:
@@ -81,7 +101,7 @@ def _next_head(store: SqliteStore, inp: IO[bytes]) -> bytes:
     costs turns, not memory. (A failing store is not waited for: it drops its oldest.)"""
     while (h := store.health()).ok and h.queue_depth > BACKLOG:
         time.sleep(0.01)
-    return inp.read(LENGTH.size)
+    return inp.read(HEAD.size)
 
 
 class _Batches:
@@ -107,7 +127,7 @@ class _Batches:
         return view
 
 
-def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
+def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: _Backlog) -> None:
     store.open()
     reporter = _Reporter(store, out)
     stop = threading.Event()
@@ -118,14 +138,17 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes]) -> None:
     bodies = ResentBodies(max_bytes=32 << 20, min_bytes=WORTH_REUSING)
     held = ShippedBodies()  # the proxy's shipper keeps its mirror
     batch = _Batches(inp)
+    pace = Pacer(GIVE_WAY_S, yield_cpu, backlog.keeping_up)
     try:
-        while (head := _next_head(store, inp)) and len(head) == LENGTH.size:
-            size = LENGTH.unpack(head)[0]
+        while (head := _next_head(store, inp)) and len(head) == HEAD.size:
+            size, backlog.behind_batch = HEAD.unpack(head)
             payload = batch.read(size)
             if payload is None:
                 break  # the proxy died mid-write: that batch never completed
             try:
+                pace.restart()
                 for job in decode(payload, held, bodies):
+                    pace()
                     if isinstance(job, Unreadable):
                         log.error("store_frame_unreadable", error=job.error)
                         reporter.unreadable += 1
@@ -157,14 +180,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_malloc()  # it parses every request body too
     raise_gc_threshold()  # as the proxy does
     yield_to_requests()  # background work: it must not preempt the turn being served
-    store = SqliteStore(
+    backlog = _Backlog()
+    store = backlog.store = SqliteStore(
         args.path,
         flush_interval_s=args.flush_interval_s,
         redact=args.redact,
         max_bytes=args.max_bytes,
-        yield_s=None,  # no event loop here: the reader thread only decodes what it reads
+        # No event loop here, but a client or a model may share the CPU:
+        pacer=Pacer(GIVE_WAY_S, yield_cpu, backlog.keeping_up),
     )
-    serve(store, sys.stdin.buffer, sys.stdout.buffer)
+    serve(store, sys.stdin.buffer, sys.stdout.buffer, backlog)
     return 0
 
 

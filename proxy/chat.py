@@ -150,23 +150,9 @@ async def _exchange(
             continue
         turn.json_body = body
         turn.bytes_out = len(body)
-        answer = web.Response(
+        return web.Response(
             status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)
         )
-        return await _send_now(request, answer, turn)
-
-
-async def _send_now(request: web.Request, answer: web.Response, turn: _Turn) -> web.Response:
-    """Send a whole answer before returning it, so that the turn's bookkeeping (its reply
-    parsed, metrics, the snapshot handed over, the log line) runs after the client has
-    it, not in front of it: a client waits only for the upstream and the relay."""
-    try:
-        await answer.prepare(request)
-        await answer.write_eof()
-    except ConnectionResetError:  # (aiohttp's ClientConnectionResetError is one)
-        turn.cancelled = True
-        raise
-    return answer
 
 
 async def _relay_sse(

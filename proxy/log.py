@@ -95,11 +95,17 @@ class _RequestEvents:
     pending: Any = None  # the buffer a flush is scheduled for
 
 
+FLUSH_EVERY_S = 0.05
+"""Request lines wait at most this long in stderr's buffer (or until it is full)."""
+
+
 def _write_batched(line: bytes) -> None:
-    """Write a request line now and flush it at the end of this event-loop iteration,
-    once for all the lines the iteration wrote: a flush is a write(2), ~15 µs a
-    request in a VM, and under load many requests finish per iteration. Outside a
-    running loop, or to a text-only stream, the line is flushed at once."""
+    """Write a request line into stderr's buffer, flushed within ``FLUSH_EVERY_S`` once
+    for all the lines written meanwhile: a flush is a write(2), and one per request
+    (or per event-loop iteration, which at concurrency 16 is about the same) cost 11%
+    of the proxy's CPU per 1 KB request, measured side by side. The buffer is flushed
+    at exit, so only a ``kill -9`` can lose the last lines. Outside a running loop, or
+    to a text-only stream, the line is flushed at once."""
     stream = sys.stderr
     buffer = getattr(stream, "buffer", None)
     if buffer is None:
@@ -114,7 +120,7 @@ def _write_batched(line: bytes) -> None:
         buffer.flush()
         return
     _request_events.pending = buffer
-    loop.call_soon(_flush, buffer)
+    loop.call_later(FLUSH_EVERY_S, _flush, buffer)
 
 
 def _flush(buffer: Any) -> None:

@@ -78,6 +78,34 @@ async def test_conversation_threads_and_handoff_is_marked(
     assert turn["reply"]["content"] == history[-1]["content"]
 
 
+async def test_long_histories_are_stored_exactly(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
+) -> None:
+    """Two conversations sharing a long system prompt, with bodies past 64 KiB (the
+    proxy reuses their parse, and ships the writer process only what each adds): every
+    turn's stored history is the history sent, byte for value."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
+    system = {"role": "system", "content": "Answer from the logs. " * 1500}  # ~33 KB
+    histories: list[list[dict[str, Any]]] = [[system], [system]]
+    sent: list[list[dict[str, Any]]] = [[], []]
+    for i in range(5):
+        for c, history in enumerate(histories):
+            history.append({"role": "user", "content": f"[{c}] log {i}: " + "é ok " * 2000})
+            reply = await client.chat.completions.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
+            sent[c].append(list(history))
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+    await client.close()
+    await _until(lambda: sum(s["turns"] for s in _sessions(db)) == 10)
+    reader = SqliteReader(db)
+    sessions = sorted(_sessions(db), key=lambda s: s["title"])
+    assert len(json.dumps(sent[0][-1]).encode()) > 64 << 10
+    for c, session in enumerate(sessions):
+        for n, history in enumerate(sent[c], start=1):
+            assert reader.turn(session["id"], n)["history"] == history
+
+
 async def test_streamed_tool_call_reply_is_assembled(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
 ) -> None:

@@ -179,6 +179,7 @@ def run_load(
         "sse_events": tally.events,
         "recorded": recorded,
         "store_queue_at_end_of_load": health.get("queue_depth"),
+        "store_behind_s_at_end_of_load": health.get("oldest_unwritten_s"),
         "store_write_failures": health.get("write_failures"),
         "shutdown_s": round(drain, 2),
         "all_recorded": recorded == sum(tally.statuses.values()),

@@ -140,6 +140,9 @@ async def healthz(request: web.Request) -> web.Response:
             "write_failures": h.write_failures,
             "last_error": h.last_error,
             "writer": h.writer,
+            "oldest_unwritten_s": None
+            if h.oldest_unwritten_s is None
+            else round(h.oldest_unwritten_s, 3),
         }
         if not h.ok:
             body["status"] = "degraded"

@@ -97,6 +97,11 @@ class Metrics:
         self.store_queue_depth = Gauge(
             "handoff_store_queue_depth", "Turns waiting to be written", registry=r
         )
+        self.store_oldest_unwritten = Gauge(
+            "handoff_store_oldest_unwritten_seconds",
+            "Age of the oldest turn not yet on disk (0 when none waits)",
+            registry=r,
+        )
 
     def observe_chat(
         self,
@@ -126,4 +131,5 @@ class Metrics:
             h = store.health()
             self.store_write_failures.set(h.write_failures)
             self.store_queue_depth.set(h.queue_depth)
+            self.store_oldest_unwritten.set(h.oldest_unwritten_s or 0.0)
         return generate_latest(self.registry)

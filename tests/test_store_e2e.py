@@ -202,6 +202,7 @@ async def test_broken_store_keeps_serving_and_says_so(
     assert health["status"] == "degraded"
     assert health["store"]["ok"] is False and health["store"]["last_error"]
     assert health["store"]["writer"].split()[0] == writer
+    assert health["store"]["oldest_unwritten_s"] > 0  # the three turns, never written
 
 
 async def test_required_store_fails_closed_with_503(

@@ -103,6 +103,31 @@ def test_a_killed_writer_is_restarted_and_the_loss_reported(tmp_path: Path) -> N
     assert [s["turns"] for s in SqliteReader(path).list_sessions()] == [6]
 
 
+def test_health_tells_the_age_of_the_oldest_unwritten_turn(tmp_path: Path) -> None:
+    """A stopped writer holds what it was shipped: health dates it from when it was
+    queued, and says nothing once it is written."""
+    store = ProcessStore(tmp_path / "h.db")
+    store.open()
+    turns = conversation(3)
+    store.record(turns[0])
+    assert _wait(lambda: store.health().queue_depth == 0)
+    assert store.health().oldest_unwritten_s is None
+    pid = store.writer_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for t in turns[1:]:
+            store.record(t)
+        time.sleep(0.4)
+        age = store.health().oldest_unwritten_s
+        assert age is not None and 0.4 <= age < 5
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert _wait(lambda: store.health().oldest_unwritten_s is None)
+    store.shutdown()
+    assert [s["turns"] for s in SqliteReader(tmp_path / "h.db").list_sessions()] == [3]
+
+
 @pytest.mark.parametrize("required", [False, True])
 async def test_an_unopenable_store_is_degraded_from_the_start(
     tmp_path: Path, required: bool

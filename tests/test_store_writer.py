@@ -52,14 +52,18 @@ def test_locked_store_recovers_and_writes_everything(tmp_path: Path) -> None:
     store.open()
     store.record(turn([{"role": "user", "content": "first"}], A1))
     assert _wait(lambda: store.health().queue_depth == 0)
+    assert store.health().oldest_unwritten_s is None
     locker = sqlite3.connect(path, isolation_level=None)
     locker.execute("BEGIN IMMEDIATE")
     for t in conversation(4):
         store.record(t)
     assert _wait(lambda: not store.health().ok)
+    time.sleep(0.3)
+    assert (store.health().oldest_unwritten_s or 0) >= 0.3  # the age of the first held
     locker.execute("ROLLBACK")
     locker.close()
     assert _wait(lambda: store.health().ok and store.health().queue_depth == 0)
+    assert store.health().oldest_unwritten_s is None
     store.shutdown()
     assert sorted(s["turns"] for s in SqliteReader(path).list_sessions()) == [1, 4]
 

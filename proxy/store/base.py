@@ -9,6 +9,7 @@ store for teams implements the same protocol.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -86,6 +87,12 @@ class StoreHealth:
     write_failures: int = 0
     last_error: str | None = None
     writer: str = "thread"  # or "process <pid>": where the SQLite writes run
+    oldest_unwritten_s: float | None = None  # age of the oldest turn not yet committed
+
+
+def age_s(since: float | None) -> float | None:
+    """Seconds since ``since`` (a ``time.monotonic()``), None for None."""
+    return None if since is None else max(0.0, time.monotonic() - since)
 
 
 class Store(Protocol):

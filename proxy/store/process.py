@@ -33,7 +33,7 @@ from typing import IO, Any
 import orjson
 import structlog
 
-from proxy.store.base import StoreHealth, TurnRecord
+from proxy.store.base import StoreHealth, TurnRecord, age_s
 from proxy.store.calibration import load_calibration
 from proxy.store.shipped import ShippedBodies
 from proxy.store.wire import Job, encode_calibration, encode_turn, frames
@@ -57,6 +57,8 @@ class _Child:
     shipped: int = 0  # jobs written to its pipe
     report: dict[str, Any] = field(default_factory=dict)
     held: ShippedBodies = field(default_factory=ShippedBodies)  # what it holds, mirrored
+    # (jobs shipped once this batch was, when its oldest was queued), oldest first:
+    in_flight: collections.deque[tuple[int, float]] = field(default_factory=collections.deque)
 
 
 class ProcessStore:
@@ -81,7 +83,9 @@ class ProcessStore:
         ]  # fmt: skip
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque(maxlen=max_queue)
+        self._since: collections.deque[float] = collections.deque(maxlen=max_queue)
         self._busy = 0
+        self._busy_since = 0.0
         self._queued_bytes = 0
         self._dropped = 0  # turns lost here or in a child that died
         self._last_error: str | None = None
@@ -123,6 +127,7 @@ class ProcessStore:
                 if q.maxlen is not None and len(q) == q.maxlen:
                     self._drop_oldest()
                 q.append(job)
+                self._since.append(time.monotonic())
                 self._queued_bytes += _held(job)
                 while self._queued_bytes > MAX_QUEUE_BYTES and len(q) > 1:
                     self._drop_oldest()
@@ -133,6 +138,7 @@ class ProcessStore:
 
     def _drop_oldest(self) -> None:
         self._queued_bytes -= _held(self._queue.popleft())
+        self._since.popleft()
         self._dropped += 1
         self._last_error = "queue full: dropped the oldest turn"
 
@@ -153,7 +159,21 @@ class ProcessStore:
                 or self._last_error
                 or report.get("last_error"),
                 writer=f"process {child.proc.pid}" if child else "process",
+                oldest_unwritten_s=age_s(self._oldest_unwritten(child, report)),
             )
+
+    def _oldest_unwritten(self, child: _Child | None, report: dict[str, Any]) -> float | None:
+        """When the oldest turn not yet committed was queued: in the child (shipped, and
+        not yet received or written, as it last reported), being shipped, or queued."""
+        if child is not None:
+            written = report.get("received", 0) - report.get("queue_depth", 0)
+            while child.in_flight and child.in_flight[0][0] <= written:
+                child.in_flight.popleft()
+            if child.in_flight:
+                return child.in_flight[0][1]
+        if self._busy:
+            return self._busy_since
+        return self._since[0] if self._since else None
 
     def writer_cpu_s(self) -> float | None:
         """CPU seconds the current writer process has used (as it last reported)."""
@@ -264,6 +284,9 @@ class ProcessStore:
             if not self._queue:
                 return None
             batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+            self._busy_since = self._since[0]
+            for _ in batch:
+                self._since.popleft()
             self._queued_bytes -= sum(map(_held, batch))
             self._busy = len(batch)
             return batch
@@ -308,6 +331,7 @@ class ProcessStore:
             return False
         with self._cond:
             child.shipped += len(batch)
+            child.in_flight.append((child.shipped, self._busy_since))
             self._busy = 0  # now counted as in the pipe
             self._broken = False
         return True

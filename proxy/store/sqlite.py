@@ -9,9 +9,9 @@ many turns and a turn is on disk within ``gather_s`` (well inside a second).
 New messages are indexed for search and packed in batches (``indexer``): every
 ``index_batch`` messages or ``index_interval_s``, when idle, and before closing.
 
-Failures (disk full, locked, read-only, a missing directory) are logged, counted
-and reported by :meth:`health`; the batch stays queued and is retried, and when
-the queue is full the oldest turn is dropped and counted.
+Failures (disk full, locked, read-only, a missing directory) are logged, counted and
+reported by :meth:`health` (with the age of the oldest unwritten turn); the batch
+is retried, and when the queue is full the oldest turn is dropped and counted.
 
 A writer thread shares the GIL with the event loop, so it gives way (``pacing``) every
 ``_YIELD_S`` of a batch; the writer process passes its own ``pacer``. A
@@ -35,7 +35,7 @@ import orjson
 import structlog
 
 from proxy.store import retention
-from proxy.store.base import StoreHealth, TurnRecord
+from proxy.store.base import StoreHealth, TurnRecord, age_s
 from proxy.store.calibration import load_calibration, save_calibration
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
@@ -67,6 +67,8 @@ class _State:
     healthy: bool = True
     closing: bool = False
     busy: int = 0  # jobs taken off the queue but not yet committed
+    queued_since: float = 0.0  # when the oldest job in the queue was queued (monotonic)
+    busy_since: float = 0.0  # when the oldest job taken was
     written: int = 0
     since_cap_check: int = field(default=0)
 
@@ -127,6 +129,8 @@ class SqliteStore:
         try:
             with self._cond:
                 q = self._state.queue
+                if not q:  # (taken whole by the writer: the first after is the oldest)
+                    self._state.queued_since = time.monotonic()
                 if q.maxlen is not None and len(q) == q.maxlen:
                     self._state.failures += 1
                     self._state.last_error = "queue full: dropped the oldest turn"
@@ -145,14 +149,13 @@ class SqliteStore:
                 queue_depth=len(s.queue) + s.busy,
                 write_failures=s.failures,
                 last_error=s.last_error,
+                oldest_unwritten_s=age_s(
+                    s.busy_since if s.busy else s.queued_since if s.queue else None
+                ),
             )
 
     def writer_cpu_s(self) -> float | None:
-        """CPU seconds the writer thread has used so far (None if not running or unsupported).
-
-        The writer competes with the event loop for the GIL, so its CPU is the cost
-        snapshots put on requests/s; the benchmark reports it per turn.
-        """
+        """CPU seconds the writer thread has used (for the benchmark; None if unknown)."""
         thread = self._thread
         if thread is None or thread.ident is None or not thread.is_alive():
             return None
@@ -170,11 +173,8 @@ class SqliteStore:
         await asyncio.to_thread(self.shutdown)
 
     def open(self) -> None:
-        """Try the file, then start the writer thread (synchronous form of :meth:`start`).
-
-        Trying first makes a store that cannot be opened (a missing directory, no
-        permission) degraded in ``/healthz`` and in the log from the start.
-        """
+        """Try the file, then start the writer thread (synchronous :meth:`start`), so a
+        store that cannot be opened is degraded in ``/healthz`` and the log at once."""
         if self._thread is not None and self._thread.is_alive():
             return
         try:
@@ -223,7 +223,7 @@ class SqliteStore:
             batch = list(s.queue)
             self._last_batch = len(batch)
             s.queue.clear()
-            s.busy = len(batch)
+            s.busy, s.busy_since = len(batch), s.queued_since
             return batch
 
     def _run(self) -> None:
@@ -394,5 +394,6 @@ class SqliteStore:
             room = (q.maxlen or len(batch) + len(q)) - len(q)
             keep = batch[-room:] if room > 0 else []
             q.extendleft(reversed(keep))
+            self._state.queued_since = self._state.busy_since  # the batch is the oldest again
             self._state.failures += len(batch) - len(keep)
             self._state.busy = 0

@@ -225,7 +225,7 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server,
         warm_sent = sent[stored.name]
         _wait_recorded(db, warm_sent, limit=60.0)
         cpu0 = cpu_seconds(writer_pid) if writer_pid is not None else 0.0
-        per = interleave(b.plan.rounds, [handoff, stored], once)
+        per = interleave(b.plan.conversation_rounds, [handoff, stored], once)
         b.raw["rps_conversation_replay"] = per
         recorded = _wait_recorded(db, sent[stored.name], limit=60.0)
         writer = ""

@@ -128,6 +128,19 @@ def test_health_tells_the_age_of_the_oldest_unwritten_turn(tmp_path: Path) -> No
     assert [s["turns"] for s in SqliteReader(tmp_path / "h.db").list_sessions()] == [3]
 
 
+def test_what_is_dated_is_let_go_without_health_being_asked(tmp_path: Path) -> None:
+    """The dates of shipped batches are dropped as the writer reports them written,
+    not only when someone asks for health: a proxy nobody polls must not grow."""
+    store = ProcessStore(tmp_path / "h.db")
+    store.open()
+    for t in conversation(40):
+        store.record(t)
+        time.sleep(0.005)  # several batches
+    child = store._child
+    assert child is not None and _wait(lambda: child.shipped == 40 and not child.in_flight)
+    store.shutdown()
+
+
 @pytest.mark.parametrize("required", [False, True])
 async def test_an_unopenable_store_is_degraded_from_the_start(
     tmp_path: Path, required: bool

@@ -159,18 +159,14 @@ class ProcessStore:
                 or self._last_error
                 or report.get("last_error"),
                 writer=f"process {child.proc.pid}" if child else "process",
-                oldest_unwritten_s=age_s(self._oldest_unwritten(child, report)),
+                oldest_unwritten_s=age_s(self._oldest_unwritten(child)),
             )
 
-    def _oldest_unwritten(self, child: _Child | None, report: dict[str, Any]) -> float | None:
+    def _oldest_unwritten(self, child: _Child | None) -> float | None:
         """When the oldest turn not yet committed was queued: in the child (shipped, and
         not yet received or written, as it last reported), being shipped, or queued."""
-        if child is not None:
-            written = report.get("received", 0) - report.get("queue_depth", 0)
-            while child.in_flight and child.in_flight[0][0] <= written:
-                child.in_flight.popleft()
-            if child.in_flight:
-                return child.in_flight[0][1]
+        if child is not None and child.in_flight:
+            return child.in_flight[0][1]
         if self._busy:
             return self._busy_since
         return self._since[0] if self._since else None
@@ -266,6 +262,9 @@ class ProcessStore:
                 continue
             with self._cond:
                 child.report = report
+                written = report.get("received", 0) - report.get("queue_depth", 0)
+                while child.in_flight and child.in_flight[0][0] <= written:
+                    child.in_flight.popleft()  # (here, not in health: nothing may ask)
                 self._cond.notify_all()
 
     def _take(self) -> list[Job] | None:

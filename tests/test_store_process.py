@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -53,8 +54,10 @@ def test_turns_cross_the_pipe_unchanged(
                    raw_response=sse or None, request_params={"temperature": 0.5}, status=200)  # fmt: skip
     cal = {"gpt-4o": 1.25}
     wire = b"".join(frames([encode_turn(turn), encode_calibration(cal)], ShippedBodies()))
-    jobs = list(decode(wire, ShippedBodies()))
+    jobs = list(decode(wire, ShippedBodies(), with_body=True))
     assert jobs == [turn, cal]
+    # The writer's way: the same record without the body it no longer needs.
+    assert list(decode(wire, ShippedBodies())) == [dataclasses.replace(turn, raw_request=None), cal]
 
 
 async def test_turns_reach_the_store_and_health_drains(tmp_path: Path) -> None:

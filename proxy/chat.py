@@ -231,5 +231,6 @@ def _record(
             raw_response=turn.raw,
             request_params=request_params(req.body),
             raw_request=req.raw,
+            resends=req.resends,
         )
     )

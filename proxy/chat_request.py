@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.resent import Resends
+
 Message = Mapping[str, Any]
 Messages = Sequence[Message]
 
@@ -28,6 +30,8 @@ class ChatRequest:
     messages: tuple[Message, ...]
     body: Mapping[str, Any]
     raw: bytes = field(repr=False, default=b"")
+    resends: Resends | None = field(repr=False, default=None, compare=False)
+    """The earlier body ``raw`` was found to repeat while parsing, and for how many bytes."""
 
     @property
     def stream(self) -> bool:

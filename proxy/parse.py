@@ -16,7 +16,7 @@ import orjson
 
 from proxy.chat_request import ChatRequest
 from proxy.errors import InvalidRequest
-from proxy.resent import ResentBodies
+from proxy.resent import Resends, ResentBodies
 
 _CONTENT_TYPES = (str, list, type(None))
 MAX_DEPTH = 254
@@ -34,6 +34,13 @@ def parse_json_object(
 ) -> dict[str, Any]:
     """The JSON object in ``raw``, passed by ``check``; ``bodies`` reuses the messages of
     a body it resends (and remembers only bodies that passed)."""
+    return _parse_object(raw, bodies, check)[0]
+
+
+def _parse_object(
+    raw: bytes, bodies: ResentBodies | None, check: Check | None
+) -> tuple[dict[str, Any], Resends | None]:
+    """:func:`parse_json_object`, and the earlier body ``raw`` was found to repeat."""
 
     def checked(doc: Any, reused: int) -> None:
         _check_object(doc)
@@ -44,9 +51,10 @@ def parse_json_object(
         raise InvalidRequest(
             "The request body is empty; send a JSON object (Content-Type: application/json)."
         )
+    resends = None
     try:
         if bodies is not None:
-            body = bodies.parse(raw, check=checked)
+            body, resends = bodies.parse_resending(raw, check=checked)
         else:
             body = orjson.loads(raw)
             checked(body, 0)
@@ -55,7 +63,7 @@ def parse_json_object(
             f"The request body is not valid JSON ({e}). "
             "Send a JSON object encoded as UTF-8 (Content-Type: application/json)."
         ) from None
-    return body  # type: ignore[no-any-return]
+    return body, resends
 
 
 def _check_object(body: Any) -> None:
@@ -79,8 +87,10 @@ def _check_depth(body: dict[str, Any]) -> None:
 
 
 def parse_chat(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
-    body = parse_json_object(raw, bodies, _check_chat)
-    return ChatRequest(model=body["model"], messages=tuple(body["messages"]), body=body, raw=raw)
+    body, resends = _parse_object(raw, bodies, _check_chat)
+    return ChatRequest(
+        model=body["model"], messages=tuple(body["messages"]), body=body, raw=raw, resends=resends
+    )
 
 
 def _check_chat(body: dict[str, Any], reused: int) -> None:

@@ -27,7 +27,7 @@ import bisect
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -43,6 +43,15 @@ less than a lookup (and a burst of small, alike bodies under load would make loo
 most of the store writer's work)."""
 Check = Callable[[Any, int], None]
 """Sees a parse and how many leading messages were reused; raises to refuse it."""
+
+
+class Resends(NamedTuple):
+    """An earlier body that a new one starts with, and how many of its leading bytes the
+    new one repeats: compared once while parsing, so that whoever holds the earlier
+    body (the store's shipper, its writer) need not compare them again."""
+
+    body: bytes
+    shared: int
 
 
 @dataclass(slots=True)
@@ -75,18 +84,27 @@ class ResentBodies:
         self.reused_messages = 0
         self.parsed_bytes = 0
 
-    def parse(self, body: bytes, check: Check | None = None) -> Any:
+    def parse(self, body: bytes, check: Check | None = None, like: Resends | None = None) -> Any:
         """``orjson.loads(body)``, reusing what a remembered body shares with it.
 
         ``check`` sees what orjson parsed (the body, or the body with the reused messages
         cut out) and how many messages were reused, and may raise to refuse it; a
-        refused body is not remembered.
+        refused body is not remembered. ``like``, when the caller knows it, names the
+        remembered body that ``body`` starts with: then no bytes are compared to find it.
         """
-        reuse = self._find(body) if len(body) >= self.min_bytes else None
+        return self.parse_resending(body, check, like)[0]
+
+    def parse_resending(
+        self, body: bytes, check: Check | None = None, like: Resends | None = None
+    ) -> tuple[Any, Resends | None]:
+        """:meth:`parse`, and which remembered body ``body`` was found to repeat, if any."""
+        reuse = self._find(body, like) if len(body) >= self.min_bytes else None
         if reuse is not None:
             parsed = self._parse_reusing(body, reuse, check)
             if parsed is not None:
-                return parsed
+                old = reuse.body
+                assert old.layout is not None
+                return parsed, Resends(old.raw, old.layout.ends[reuse.shared - 1])
         parsed = orjson.loads(body)
         if check is not None:
             check(parsed, 0)
@@ -94,7 +112,7 @@ class ResentBodies:
         messages = parsed.get("messages") if type(parsed) is dict else None
         if type(messages) is list and messages and len(body) >= self.min_bytes:
             self._remember(_Body(body, messages))
-        return parsed
+        return parsed, None
 
     def _parse_reusing(self, body: bytes, reuse: _Reuse, check: Check | None) -> Any | None:
         old, n = reuse.body, reuse.shared
@@ -133,8 +151,9 @@ class ResentBodies:
             return True
         return has_key_after(body, close, "messages") is False
 
-    def _find(self, body: bytes) -> _Reuse | None:
-        """The remembered body sharing the most leading messages with ``body``.
+    def _find(self, body: bytes, like: Resends | None = None) -> _Reuse | None:
+        """The remembered body sharing the most leading messages with ``body``: ``like``'s
+        if it is remembered, else the best found by comparing bytes.
 
         Conversations often share their first bytes (one system prompt for all of an
         app's users), so the candidates are told apart by bytes: first, does ``body``
@@ -147,7 +166,9 @@ class ResentBodies:
         if not ids:
             return None
         best: _Reuse | None = None
-        for bid in reversed(ids):
+        if like is not None:
+            best = self._named(like, ids, body)
+        for bid in reversed(ids) if best is None else ():
             old = self._bodies[bid]
             lay = old.layout
             if lay is None or (best is not None and len(lay.ends) <= best.shared):
@@ -163,21 +184,27 @@ class ResentBodies:
             self._bodies.move_to_end(best.body.bid)
         return best
 
+    def _named(self, like: Resends, ids: list[int], body: bytes) -> _Reuse | None:
+        """Reuse remembered body ``like.body`` (the very object) as far as ``like.shared``
+        bytes take its messages, if it is remembered and its layout known."""
+        for bid in reversed(ids):
+            old = self._bodies[bid]
+            if old.raw is like.body:
+                lay = _scanned(old)
+                n = 0 if lay is None else bisect.bisect_right(lay.ends, like.shared)
+                return _reuse(old, body, n) if n else None
+        return None
+
     @staticmethod
     def _partly_shared(old: _Body, body: bytes) -> _Reuse | None:
         """How many of ``old``'s leading messages ``body`` starts with, if any; ``old`` is
         scanned for its layout the first time a body shares a quarter of it."""
         raw = memoryview(old.raw)
-        lay = old.layout
+        if old.layout is None and not old.scanned and not body.startswith(raw[: len(raw) // 4]):
+            return None  # too little in common for a scan (yet)
+        lay = _scanned(old)
         if lay is None:
-            if old.scanned or not body.startswith(raw[: len(raw) // 4]):
-                return None  # cannot be reused, or too little in common for a scan (yet)
-            lay, old.scanned = layout(old.raw), True
-            if lay is not None and len(lay.ends) != len(old.messages):
-                lay = None  # cannot be (orjson parsed the same bytes): be safe anyway
-            old.layout = lay
-            if lay is None:
-                return None
+            return None
         if not body.startswith(raw[: lay.ends[0]]):
             return None
         n = bisect.bisect_right(lay.ends, common_prefix(old.raw, body))
@@ -211,6 +238,17 @@ def unindex(by_key: dict[bytes, list[int]], raw: bytes, n: int) -> None:
     ids.remove(n)
     if not ids:
         del by_key[key]
+
+
+def _scanned(old: _Body) -> Layout | None:
+    """``old``'s layout, scanned for the first time it is needed; None if it cannot be
+    reused."""
+    if old.layout is None and not old.scanned:
+        lay, old.scanned = layout(old.raw), True
+        if lay is not None and len(lay.ends) != len(old.messages):
+            lay = None  # cannot be (orjson parsed the same bytes): be safe anyway
+        old.layout = lay
+    return old.layout
 
 
 def _reuse(old: _Body, body: bytes, n: int) -> _Reuse | None:

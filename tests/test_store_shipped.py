@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.resent import Resends, ResentBodies
 from proxy.store.base import TurnRecord
 from proxy.store.shipped import ShippedBodies
 from proxy.store.wire import Job, Unreadable, decode, encode_turn, frames
@@ -21,10 +23,12 @@ def _body(conv: int, texts: list[str]) -> bytes:
     return orjson.dumps({"model": "m", "messages": msgs, "temperature": 0.5})
 
 
-def _turn(body: bytes) -> TurnRecord:
-    msgs = orjson.loads(body)["messages"]
-    return TurnRecord(workspace="w", started_at=1.0, model="m", upstream="u", messages=msgs,
-                      request_params={"temperature": 0.5}, raw_request=body)  # fmt: skip
+def _turn(body: bytes, parser: ResentBodies | None = None) -> TurnRecord:
+    """The record the proxy makes; with ``parser`` (the proxy's), it names what it resends."""
+    parsed, resends = (parser or ResentBodies(min_bytes=1 << 60)).parse_resending(body)
+    return TurnRecord(workspace="w", started_at=1.0, model="m", upstream="u",
+                      messages=parsed["messages"], request_params={"temperature": 0.5},
+                      raw_request=body, resends=resends)  # fmt: skip
 
 
 def _ship(batches: list[list[Job]], proxy: ShippedBodies, writer: ShippedBodies) -> list[Any]:
@@ -45,13 +49,20 @@ step = st.tuples(st.integers(0, 3), st.sampled_from(["add", "same", "edit"]), te
     cuts=st.sets(st.integers(1, 29)),
     cleared=st.sets(st.integers(1, 29)),
     max_bytes=st.integers(5_000, 50_000),
+    named=st.booleans(),
 )
 def test_every_body_arrives_whole(
-    steps: list[tuple[int, str, str]], cuts: set[int], cleared: set[int], max_bytes: int
+    steps: list[tuple[int, str, str]],
+    cuts: set[int],
+    cleared: set[int],
+    max_bytes: int,
+    named: bool,
 ) -> None:
     """Interleaved conversations growing, resent and edited, batched anyhow, with caps
-    that evict, and the proxy's mirror cleared now and then (a failed send): each turn
-    decodes to the very record that was encoded."""
+    that evict, and the proxy's mirror cleared now and then (a failed send), with and
+    without the proxy's parse naming what each body resends: each turn decodes to the
+    very record that was encoded."""
+    parser = ResentBodies(max_bytes=max_bytes, min_bytes=600) if named else None
     histories: dict[int, list[str]] = {}
     turns = []
     for conv, what, t in steps:
@@ -60,7 +71,7 @@ def test_every_body_arrives_whole(
             h.append(t)
         elif what == "edit":
             h[-1] += t
-        turns.append(_turn(_body(conv, h)))
+        turns.append(_turn(_body(conv, h), parser))
     proxy = ShippedBodies(max_bytes=max_bytes, min_bytes=600)
     writer = ShippedBodies(max_bytes=max_bytes, min_bytes=600)
     got: list[Any] = []
@@ -89,6 +100,25 @@ def test_a_continued_conversation_ships_only_what_it_adds() -> None:
         if i:  # the new message, its quotes and role, and what follows the messages
             assert len(shipped) < 320 < len(turn.raw_request or b"")
     assert len(proxy) == len(writer) == 1  # each turn replaced the one it extended
+
+
+def test_a_named_body_is_shipped_against_without_comparing() -> None:
+    """A body the proxy's parse says it resends is shipped against that body when it is
+    held, even if another held body shares more (nothing is compared to choose), and
+    the writer rebuilds it exactly."""
+    one, longer = _body(0, ["a"]), _body(0, ["a", "b" * 400])
+    third = _body(0, ["a", "b" * 400, "c"])
+    proxy, writer, unnamed = (ShippedBodies(min_bytes=600) for _ in range(3))
+    for held in (proxy, writer, unnamed):
+        held.keep(0, one, None)
+        held.keep(1, longer, None)
+    assert unnamed.ship(third)[1] == 1  # compared: the longer one shares more
+    named = Resends(one, one.index(b"[0] a") + 5)  # true, though not the most
+    turn = dataclasses.replace(_turn(third), resends=named)
+    head, meta, shipped, raw = frames([encode_turn(turn)], proxy)
+    assert len(shipped) == len(third) - named.shared  # shipped against body 0
+    got = decode(b"".join((head, meta, shipped, raw)), writer, with_body=True)
+    assert list(got) == [turn]
 
 
 def test_a_base_the_writer_lacks_costs_that_frame_only() -> None:

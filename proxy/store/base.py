@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from proxy.resent import Resends
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -77,6 +79,10 @@ class TurnRecord:
     """The request body as received, when ``messages`` and ``request_params`` are its own:
     a store in another process re-reads them from it instead of having them serialised
     again (a client resends both, tools included, every turn)."""
+    resends: Resends | None = field(default=None, repr=False, compare=False)
+    """The earlier ``raw_request`` this one was found to repeat while it was parsed, and
+    for how many bytes: a store in another process ships only what is new without
+    comparing those bytes once more."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 
-from proxy.resent import KEY_BYTES, WORTH_REUSING, common_prefix, unindex
+from proxy.resent import KEY_BYTES, WORTH_REUSING, Resends, common_prefix, unindex
 
 CANDIDATES = 16
 MIN_SHARED = 4 << 10
@@ -44,13 +44,23 @@ class ShippedBodies:
         self._bytes = 0
         self.next_seq = 0
 
-    def ship(self, body: bytes) -> tuple[int, int | None, int]:
+    def ship(self, body: bytes, like: Resends | None = None) -> tuple[int, int | None, int]:
         """Number ``body`` for shipping, keep it, and say what to ship it against:
-        ``(seq, base, shared)``, base None (and shared 0) to ship it whole."""
+        ``(seq, base, shared)``, base None (and shared 0) to ship it whole. ``like`` (from
+        parsing ``body``) names the earlier body it repeats: if that is held, no bytes
+        are compared."""
         seq, self.next_seq = self.next_seq, self.next_seq + 1
-        base, shared = self._base_for(body) or (None, 0)
+        base, shared = self._named(body, like) or self._base_for(body) or (None, 0)
         self.keep(seq, body, base)
         return seq, base, shared
+
+    def _named(self, body: bytes, like: Resends | None) -> tuple[int, int] | None:
+        if like is None or like.shared < MIN_SHARED or len(body) < self.min_bytes:
+            return None
+        for seq in reversed(self._by_key.get(body[:KEY_BYTES], [])):
+            if self._bodies[seq] is like.body:
+                return seq, like.shared
+        return None
 
     def _base_for(self, body: bytes) -> tuple[int, int] | None:
         """The held body ``body`` shares the longest start with, and how many bytes; None

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from proxy.resent import ResentBodies
+from proxy.resent import Resends, ResentBodies
 from proxy.store.base import Decision, TurnRecord, request_params
 from proxy.store.shipped import ShippedBodies
 
@@ -34,6 +34,7 @@ class Job(NamedTuple):
     meta: bytes
     body: bytes
     raw: bytes
+    resends: Resends | None = None  # (see TurnRecord.resends)
 
     @property
     def size(self) -> int:
@@ -68,7 +69,11 @@ def encode_turn(turn: TurnRecord) -> Job:
     if not body:
         meta["messages"], meta["request_params"] = turn.messages, turn.request_params
     return Job(
-        TURN, orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS), body, turn.raw_response or b""
+        TURN,
+        orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS),
+        body,
+        turn.raw_response or b"",
+        turn.resends if body else None,
     )
 
 
@@ -80,8 +85,8 @@ def frames(jobs: Sequence[Job], held: ShippedBodies) -> list[bytes | memoryview]
     """The jobs' frames, as pieces to write in order; each body is shipped against the
     body ``held`` (the proxy's mirror of the writer's) shares the most with, if any."""
     pieces: list[bytes | memoryview] = []
-    for kind, meta, body, raw in jobs:
-        seq, base, shared = held.ship(body) if kind == TURN else (0, None, 0)
+    for kind, meta, body, raw, resends in jobs:
+        seq, base, shared = held.ship(body, resends) if kind == TURN else (0, None, 0)
         tail = memoryview(body)[shared:] if shared else body
         ref = 0 if base is None else base + 1
         pieces += (
@@ -127,34 +132,32 @@ def decode(
                 yield Unreadable(f"calibration: {e!r}")
             continue
         base = ref - 1 if ref else None
-        body = _rebuild(held, base, shared, tail)
-        if body is None:
+        try:
+            like = None if base is None else Resends(held.get(base), shared)
+        except KeyError:
             held.keep(seq, b"", base)
             yield Unreadable(f"frame {seq} is shipped against body {base}, which is not held")
             continue
+        body = bytes(tail) if like is None else b"".join((memoryview(like.body)[:shared], tail))
         held.keep(seq, body, base)
         try:
-            yield _turn(orjson.loads(meta), body, bytes(raw), bodies, with_body)
+            yield _turn(orjson.loads(meta), body, bytes(raw), bodies, with_body, like)
         except (ValueError, TypeError) as e:  # orjson's errors are ValueErrors
             yield Unreadable(f"frame {seq}: {e!r}")
 
 
-def _rebuild(held: ShippedBodies, base: int | None, shared: int, tail: memoryview) -> bytes | None:
-    """The body a frame ships: ``tail`` after the first ``shared`` bytes of held body
-    ``base``; None if that is not held."""
-    if base is None:
-        return bytes(tail)
-    try:
-        return b"".join((memoryview(held.get(base))[:shared], tail))
-    except KeyError:
-        return None
-
-
 def _turn(
-    meta: dict[str, Any], body: bytes, raw: bytes, bodies: ResentBodies | None, with_body: bool
+    meta: dict[str, Any],
+    body: bytes,
+    raw: bytes,
+    bodies: ResentBodies | None,
+    with_body: bool,
+    like: Resends | None,
 ) -> TurnRecord:
+    """The record; a body shipped against one the writer parsed before is parsed reusing
+    that one's messages, found by name (``like``), not by comparing bytes again."""
     if body:
-        parsed = bodies.parse(body) if bodies is not None else orjson.loads(body)
+        parsed = bodies.parse(body, like=like) if bodies is not None else orjson.loads(body)
         meta["messages"], meta["request_params"] = parsed["messages"], request_params(parsed)
     if meta["decision"] is not None:
         meta["decision"] = Decision.from_dict(meta["decision"])

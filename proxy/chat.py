@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import structlog
 from aiohttp import web
 
@@ -25,7 +24,7 @@ from proxy.overflow import context_limit
 from proxy.parse import parse_chat
 from proxy.request_log import request_fields
 from proxy.services import SERVICES, Plan, Services
-from proxy.sse import ReplyAssembler, reply_from_completion
+from proxy.sse import ReplyAssembler, read_answer
 from proxy.store.base import TurnRecord, request_params
 from proxy.upstreams import Upstream
 
@@ -72,7 +71,10 @@ class _Turn:
     def settle(self) -> None:
         """Read reply, usage and error out of a non-streamed answer."""
         if self.json_body is not None:
-            _fill_from_json(self, self.status, self.json_body)
+            self.reply, self.finish_reason, self.usage, error = read_answer(
+                self.status, self.json_body
+            )
+            self.error = error or self.error
             self.json_body = None
 
 
@@ -107,9 +109,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             decision=plan.decision.action if plan.decision else None,
             bytes_out=turn.bytes_out,
         )
-        recorded = svc.store is not None or svc.settings.server.log_content
-        if recorded or (turn.json_body is not None and svc.planner.wants_usage(plan)):
-            turn.settle()  # unrecorded and not calibrating: the reply is never parsed
+        if svc.settings.server.log_content or (
+            turn.json_body is not None and svc.planner.wants_usage(plan)
+        ):
+            turn.settle()  # else the store's writer parses the answer, if it is recorded
         if turn.usage is not None:
             svc.planner.observe(req, plan, turn.usage)
         svc.metrics.observe_chat(
@@ -183,19 +186,6 @@ async def _relay_sse(
             turn.raw = b"".join(raw_parts)
 
 
-def _fill_from_json(turn: _Turn, status: int, body: bytes) -> None:
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        if status >= 400:
-            turn.error = {"error": {"message": body[:500].decode("utf-8", "replace")}}
-        return
-    if status >= 400:
-        turn.error = parsed if isinstance(parsed, dict) else {"error": parsed}
-        return
-    turn.reply, turn.finish_reason, turn.usage = reply_from_completion(parsed)
-
-
 def _record(
     svc: Services,
     request: web.Request,
@@ -232,5 +222,6 @@ def _record(
             request_params=request_params(req.body),
             raw_request=req.raw,
             resends=req.resends,
+            answer=turn.json_body,
         )
     )

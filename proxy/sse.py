@@ -123,6 +123,23 @@ def _event_end(buf: bytes) -> tuple[int, int] | None:
     return best
 
 
+def read_answer(
+    status: int, body: bytes
+) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """(assistant message, finish_reason, usage, error) from a non-streamed answer's bytes:
+    the error is the body of an answer with status 400 or more (or its first 500
+    bytes as a message, when it is not JSON)."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        if status >= 400:
+            return None, None, None, {"error": {"message": body[:500].decode("utf-8", "replace")}}
+        return None, None, None, None
+    if status >= 400:
+        return None, None, None, parsed if isinstance(parsed, dict) else {"error": parsed}
+    return (*reply_from_completion(parsed), None)
+
+
 def reply_from_completion(
     body: Any,
 ) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:

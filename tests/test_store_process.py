@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.store.base import Decision, TurnRecord
+from proxy.store.base import Decision, TurnRecord, settled
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.shipped import ShippedBodies
@@ -171,3 +171,28 @@ async def test_a_writer_that_cannot_start_never_breaks_recording(tmp_path: Path)
     h = store.health()
     assert not h.ok and h.last_error and "cannot start the store writer" in h.last_error
     await asyncio.wait_for(store.close(), 10)
+
+
+def test_an_unparsed_answer_crosses_the_pipe_and_is_read_by_the_writer() -> None:
+    """The proxy hands a non-streamed answer over as received; the writer reads reply,
+    finish_reason and usage (or the error) from it, as the proxy would have."""
+    answer = orjson.dumps(
+        {
+            "choices": [
+                {"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        }
+    )
+    for status, body, expect in [
+        (200, answer, ({"role": "assistant", "content": "hi"}, "stop", {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}, None)),
+        (429, b'{"error": {"message": "slow down"}}', (None, None, None, {"error": {"message": "slow down"}})),
+        (502, b"<html>bad gateway</html>", (None, None, None, {"error": {"message": "<html>bad gateway</html>"}})),
+        (200, b"not json", (None, None, None, None)),
+    ]:  # fmt: skip
+        turn = _record([{"role": "user", "content": "x"}], True, status=status, answer=body)
+        (got,) = decode(b"".join(frames([encode_turn(turn)], ShippedBodies())), ShippedBodies())
+        assert isinstance(got, TurnRecord) and got.answer == body and got.raw_response is None
+        done = settled(got)
+        assert (done.reply, done.finish_reason, done.usage, done.error) == expect
+        assert done.answer is None

@@ -9,12 +9,14 @@ store for teams implements the same protocol.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.resent import Resends
+from proxy.sse import read_answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,20 @@ class TurnRecord:
     """The earlier ``raw_request`` this one was found to repeat while it was parsed, and
     for how many bytes: a store in another process ships only what is new without
     comparing those bytes once more."""
+    answer: bytes | None = None
+    """A non-streamed answer's body as the upstream sent it, when the proxy had no need
+    to parse it: the store's writer reads ``reply``, ``finish_reason``, ``usage`` and
+    ``error`` from it (:func:`settled`), off the request path."""
+
+
+def settled(turn: TurnRecord) -> TurnRecord:
+    """``turn`` with what its unparsed ``answer`` says read into its fields."""
+    if turn.answer is None:
+        return turn
+    reply, finish_reason, usage, error = read_answer(turn.status, turn.answer)
+    return dataclasses.replace(
+        turn, reply=reply, finish_reason=finish_reason, usage=usage, error=error, answer=None
+    )
 
 
 @dataclass(frozen=True, slots=True)

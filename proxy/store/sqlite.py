@@ -35,7 +35,7 @@ import orjson
 import structlog
 
 from proxy.store import retention
-from proxy.store.base import StoreHealth, TurnRecord, age_s
+from proxy.store.base import StoreHealth, TurnRecord, age_s, settled
 from proxy.store.calibration import load_calibration, save_calibration
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
@@ -350,7 +350,7 @@ class SqliteStore:
                     if isinstance(job, _Calibration):
                         save_calibration(db, job.data)
                     else:
-                        write_turn(db, job, redact=self.redact, cache=cache, known=known)
+                        write_turn(db, settled(job), redact=self.redact, cache=cache, known=known)
                 except (TypeError, ValueError, orjson.JSONEncodeError) as e:
                     known.clear()
                     known.inserted = 0

@@ -3,11 +3,12 @@
 A frame is a head (kind, the three parts' lengths, the frame's number, the body it
 is shipped against and how many bytes of it) and then the parts: the JSON of the
 record's small fields, the client's request body as received, and the raw SSE
-bytes if kept. Shipping the body as received costs the proxy no serialising of a
-long history (and its tools) every turn, and shipping only what it adds to a body
-the writer holds (``shipped``) costs no copying of it either; the writer rebuilds
-the body and parses it, reusing what it parsed of the same history before
-(``resent``). Without a raw body the messages and other fields travel in the JSON.
+bytes if kept (or a non-streamed answer as received, which the writer parses).
+Shipping the body as received costs the proxy no serialising of a long history (and
+its tools) every turn, and shipping only what it adds to a body the writer holds
+(``shipped``) costs no copying of it either; the writer rebuilds the body and parses
+it, reusing what it parsed of the same history before (``resent``). Without a raw
+body the messages and other fields travel in the JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from proxy.resent import Resends, ResentBodies
-from proxy.store.base import Decision, TurnRecord, request_params
+from proxy.store.base import Decision, TurnRecord, request_params, settled
 from proxy.store.shipped import ShippedBodies
 
 TURN, CALIBRATION = b"T", b"C"
@@ -48,6 +49,8 @@ class Unreadable(NamedTuple):
 
 
 def encode_turn(turn: TurnRecord) -> Job:
+    if turn.answer is not None and turn.raw_response is not None:
+        turn = settled(turn)  # (cannot be: an answer is a stream's or not; be safe anyway)
     meta: dict[str, Any] = {
         "workspace": turn.workspace,
         "started_at": turn.started_at,
@@ -64,6 +67,7 @@ def encode_turn(turn: TurnRecord) -> Job:
         "finish_reason": turn.finish_reason,
         "error": turn.error,
         "cancelled": turn.cancelled,
+        "answer": turn.answer is not None,  # then it, not SSE bytes, is the frame's last part
     }
     body = turn.raw_request or b""
     if not body:
@@ -72,7 +76,7 @@ def encode_turn(turn: TurnRecord) -> Job:
         TURN,
         orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS),
         body,
-        turn.raw_response or b"",
+        turn.raw_response or turn.answer or b"",
         turn.resends if body else None,
     )
 
@@ -162,4 +166,6 @@ def _turn(
     if meta["decision"] is not None:
         meta["decision"] = Decision.from_dict(meta["decision"])
     kept = body if with_body and body else None
+    if meta.pop("answer", False):
+        return TurnRecord(answer=raw, raw_request=kept, **meta)
     return TurnRecord(raw_response=raw or None, raw_request=kept, **meta)

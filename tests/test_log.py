@@ -129,3 +129,29 @@ def test_request_lines_outside_a_loop_are_flushed_at_once(
     log_request("req-1", _fields())
     log_request("req-2", _fields())
     assert stream.buffer.flushes == 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Bearer\tsk-abcdefghijkl",  # whitespace JSON escapes
+        "AKIAABCDEFGHIJKLMNOP",
+        "ghp_" + "a" * 24,
+        "sk-proj-abcdefgh",
+    ],
+)
+def test_a_secret_is_scrubbed_however_many_clean_lines_came_before(
+    json_logs: None, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """Clean lines take the fast way; a line holding a secret value, or a new field
+    named like one, is scrubbed all the same."""
+    for i in range(3):
+        log_request(f"req-{i}", _fields())
+    log_request("req-x", {**_fields(), "upstream": value})
+    log_request("req-y", {**_fields(), "x_api_key": "short"})
+    flush_request_lines()
+    err = capsys.readouterr().err
+    assert value not in err and "short" not in err
+    *clean, secret, named = _lines(err)
+    assert [c["model"] for c in clean] == ["gpt-4o-mini"] * 3
+    assert "[redacted]" in str(secret["upstream"]) and named["x_api_key"] == "[redacted]"

@@ -28,6 +28,7 @@ from bench.measure import Bench, Plan, Row, interleave, median
 from bench.procs import (
     Cores,
     Fleet,
+    Replicas,
     Server,
     cpu_seconds,
     free_port,
@@ -144,10 +145,18 @@ def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[
                                       "--port", str(port := free_port()),
                                       "--chunks", str(b.plan.chunks)],
                            port, cores.client)  # fmt: skip
-    fwd = start_forwarder(fleet, "forwarder", upstream, cores.server)
-    handoff = start_handoff(fleet, "handoff", upstream, cores.server, None)
+    n = range(b.plan.replicas)
+    fwds = Replicas(
+        "forwarder",
+        tuple(start_forwarder(fleet, _nth("forwarder", i), upstream, cores.server) for i in n),
+    )
+    handoffs = Replicas(
+        "handoff",
+        tuple(start_handoff(fleet, _nth("handoff", i), upstream, cores.server, None) for i in n),
+    )
+    fwd, handoff = fwds.servers[0], handoffs.servers[0]  # (for the rows on one process)
     say("warming up")
-    measure.warm(b, [upstream, fwd, handoff])
+    measure.warm(b, [upstream, *fwds.servers, *handoffs.servers])
     rows: list[Row] = []
     for body in ("1k", "32k"):
         say(f"CPU per request, {body} body")
@@ -156,15 +165,24 @@ def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[
     rows += measure.latency(b, upstream, fwd, handoff)
     for c in (16, 64):
         say(f"throughput at concurrency {c}")
-        rows.append(measure.throughput(b, fwd, handoff, c, "fwd", 0.8))
+        rows.append(measure.throughput(b, fwds, handoffs, c, "fwd", 0.8))
     say("streaming")
     rows += measure.streaming(b, upstream, fwd, handoff)
     rows += _litellm(b, fleet, upstream, handoff, cores, notes)
-    rows += _store(b, fleet, upstream, handoff, cores)
+    rows += _store(b, fleet, upstream, handoffs, cores)
     say("peak memory with big requests in flight")
     h_mem, f_mem = measure.peak_rss(b, handoff), measure.peak_rss(b, fwd)
     rows.append(measure.memory_row(b, h_mem, f_mem))
     return rows
+
+
+def _nth(name: str, i: int) -> str:
+    return name if i == 0 else f"{name}-{i + 1}"
+
+
+def _sides(r: Replicas) -> str:
+    n = len(r.servers)
+    return "one process a side" if n == 1 else f"{n} processes a side, in turn"
 
 
 def _litellm(
@@ -189,110 +207,123 @@ STORE_SETUPS = (
 )
 
 
-def _store(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores) -> list[Row]:
-    rows = [_store_row(b, fleet, upstream, handoff, cores, *setup) for setup in STORE_SETUPS]
-    return [*rows, _conversation_row(b, fleet, upstream, handoff, cores)]
+def _store(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cores: Cores) -> list[Row]:
+    rows = [_store_row(b, fleet, upstream, handoffs, cores, *setup) for setup in STORE_SETUPS]
+    return [*rows, _conversation_row(b, fleet, upstream, handoffs, cores)]
 
 
-def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server,
+def _start_stored(b: Bench, fleet: Fleet, upstream: Server, cores: Cores, label: str,
+                  writer: str) -> tuple[Replicas, list[Path], list[int]]:  # fmt: skip
+    """``plan.replicas`` handoffs with snapshots on (each its own file), their writer
+    processes pinned with the load generator: the side, its files, the writers' pids."""
+    servers: list[Server] = []
+    dbs = [fleet.workdir / f"s-{label}-{i}.db" for i in range(b.plan.replicas)]
+    try:
+        for i, db in enumerate(dbs):
+            servers.append(start_handoff(fleet, _nth(f"handoff-store-{label}", i), upstream,
+                                         cores.server, db, {"HANDOFF_STORE__WRITER": writer}))  # fmt: skip
+    except RuntimeError:
+        for server in servers:
+            fleet.stop(server)
+        raise
+    pids = [p for s in servers if writer == "process" and (p := store_writer_pid(s.pid))]
+    for pid in pids:
+        pin_threads(pid, cores.client)
+    return Replicas(f"handoff-store-{label}", tuple(servers)), dbs, pids
+
+
+def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas,
                       cores: Cores) -> Row:  # fmt: skip
     """Issue 5's own workload: a 500-turn conversation replayed turn after turn (each
     replay a new conversation), snapshots on (writer process) against off."""
     what = "snapshots on/off: 500-turn conversation, writer process"
     conv = fleet.workdir / "conversation.json"
     sizes = conversation.write(conv, b.plan.conversation_turns)
-    db = fleet.workdir / "s-conversation.db"
     try:
-        stored = start_handoff(fleet, "handoff-store-conversation", upstream, cores.server, db,
-                               {"HANDOFF_STORE__WRITER": "process"})  # fmt: skip
+        stored, dbs, writers = _start_stored(b, fleet, upstream, cores, "conversation", "process")
     except RuntimeError as e:
         return not_available(what, f"handoff with --store did not start ({_last_line(e)})")
     _say("snapshots on vs off (500-turn conversation)")
     try:
-        writer_pid = store_writer_pid(stored.proc.pid)
-        if writer_pid is not None:
-            pin_threads(writer_pid, cores.client)
         replays = iter(range(1, 10_000))
-        sent = {handoff.name: 0, stored.name: 0}
+        side = {s.name: r.name for r in (handoffs, stored) for s in r.servers}
+        sent = {handoffs.name: 0, stored.name: 0}
 
         def once(t: Server) -> float:
             r = b.lg.run(op="replay", port=t.port, body_file=str(conv), marker=conversation.MARKER,
                          tag=f"ROUND-{next(replays):04d}", seconds=b.plan.step_seconds * 3)  # fmt: skip
-            sent[t.name] += int(r["ok"])
+            sent[side[t.name]] += int(r["ok"])
             return float(r["rps"])
 
-        once(handoff), once(stored)  # warm: first parses, pools, the writer's caches
+        for t in (*handoffs.servers, *stored.servers):
+            once(t)  # warm: first parses, pools, the writer's caches
         warm_sent = sent[stored.name]
-        _wait_recorded(db, warm_sent, limit=60.0)
-        cpu0 = cpu_seconds(writer_pid) if writer_pid is not None else 0.0
-        per = interleave(b.plan.conversation_rounds, [handoff, stored], once)
+        _wait_recorded(dbs, warm_sent, limit=60.0)
+        cpu0 = sum(map(cpu_seconds, writers))
+        per = interleave(b.plan.conversation_rounds, [handoffs, stored], once)
         b.raw["rps_conversation_replay"] = per
-        recorded = _wait_recorded(db, sent[stored.name], limit=60.0)
+        recorded = _wait_recorded(dbs, sent[stored.name], limit=60.0)
         writer = ""
-        if writer_pid is not None:
-            per_turn = _writer_ms_per_turn(writer_pid, cpu0, sent[stored.name] - warm_sent)
+        if writers:
+            per_turn = _writer_ms_per_turn(writers, cpu0, sent[stored.name] - warm_sent)
             writer = (
-                f"; the writer process used {per_turn:.2f} ms of CPU a turn on the client's core"
+                f"; the writer processes used {per_turn:.2f} ms of CPU a turn on the client's core"
             )
-        h, f = median(per[stored.name]), median(per[handoff.name])
+        h, f = median(per[stored.name]), median(per[handoffs.name])
         ratio = h / f if f else None
         note = (f"{sizes['turns']} turns, {sizes['messages']:,} messages, final history "
                 f"{sizes['final_history_bytes'] / 1024:,.0f} KB; {recorded:,} of "
-                f"{sent[stored.name]:,} turns recorded ({warm_sent} in the warm-up replay)"
-                f"{writer}")  # fmt: skip
+                f"{sent[stored.name]:,} turns recorded ({warm_sent} in the warm-up replays)"
+                f"{writer}; {_sides(stored)}")  # fmt: skip
         return Row(what, "snapshots off (--no-store)", h, f, "turns/s", ratio, "ratio",
                    "≥ 0.9×", ratio is not None and ratio >= 0.9, note)  # fmt: skip
     finally:
-        fleet.stop(stored)
+        for server in stored.servers:
+            fleet.stop(server)
 
 
-def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores,
+def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cores: Cores,
                writer: str, where: str, target: float | None) -> Row:  # fmt: skip
     what = f"snapshots on/off: c16 resends of one request, writer {writer}"
     try:
-        stored = start_handoff(fleet, f"handoff-store-{writer}", upstream, cores.server,
-                               fleet.workdir / f"s-{writer}.db", {"HANDOFF_STORE__WRITER": writer})  # fmt: skip
+        stored, dbs, writers = _start_stored(b, fleet, upstream, cores, writer, writer)
     except RuntimeError as e:
         return not_available(what, f"handoff with --store did not start ({_last_line(e)})")
     try:
-        if not store_wired(stored):
+        if not store_wired(stored.servers[0]):
             return not_available(what, "`handoff serve --store` does not open a store yet")
         _say(f"snapshots on vs off ({where})")
-        writer_pid = store_writer_pid(stored.proc.pid) if writer == "process" else None
-        if writer_pid is not None:
-            pin_threads(writer_pid, cores.client)
-        measure.warm(b, [stored])
-        db = fleet.workdir / f"s-{writer}.db"
-        if writer_pid is not None:
-            settle([writer_pid])
-            cpu0, turns0 = cpu_seconds(writer_pid), _turns_stored(db)
-        row = measure.throughput(b, handoff, stored, 16, f"snapshots on, {writer}", target or 0)
+        measure.warm(b, list(stored.servers))
+        settle(writers)
+        cpu0, turns0 = sum(map(cpu_seconds, writers)), sum(map(_turns_stored, dbs))
+        row = measure.throughput(b, handoffs, stored, 16, f"snapshots on, {writer}", target or 0)
         row.what, row.compared_with = what, "snapshots off (--no-store)"
-        row.note = where
+        row.note = f"{where}; {_sides(stored)}"
         if target is None:
             row.target, row.passed = "reported", None
-        if writer_pid is not None:
-            settle([writer_pid])
-            turns = _turns_stored(db) - turns0
-            per_turn = _writer_ms_per_turn(writer_pid, cpu0, turns)
-            row.note = (f"{where}: the writer process (pinned with the load generator) used "
-                        f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns)")  # fmt: skip
+        if writers:
+            settle(writers)
+            turns = sum(map(_turns_stored, dbs)) - turns0
+            per_turn = _writer_ms_per_turn(writers, cpu0, turns)
+            row.note = (f"{where}: the writer processes (pinned with the load generator) used "
+                        f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns); {_sides(stored)}")  # fmt: skip
         return row
     finally:
-        fleet.stop(stored)
+        for server in stored.servers:
+            fleet.stop(server)
 
 
-def _writer_ms_per_turn(pid: int, cpu0: float, turns: int) -> float:
-    """The writer process's CPU per turn since ``cpu0``, once its deferred work is done."""
-    settle([pid])
-    return (cpu_seconds(pid) - cpu0) * 1e3 / max(turns, 1)
+def _writer_ms_per_turn(pids: list[int], cpu0: float, turns: int) -> float:
+    """The writer processes' CPU per turn since ``cpu0``, once their deferred work is done."""
+    settle(pids)
+    return (sum(map(cpu_seconds, pids)) - cpu0) * 1e3 / max(turns, 1)
 
 
-def _wait_recorded(db: Path, expected: int, limit: float) -> int:
-    """Turns in ``db`` once ``expected`` are there, or after ``limit`` seconds (the
+def _wait_recorded(dbs: list[Path], expected: int, limit: float) -> int:
+    """Turns in ``dbs`` once ``expected`` are there, or after ``limit`` seconds (the
     writer batches, so the last turns land up to a flush interval later)."""
     deadline = time.monotonic() + limit
-    while (n := _turns_stored(db)) < expected and time.monotonic() < deadline:
+    while (n := sum(map(_turns_stored, dbs))) < expected and time.monotonic() < deadline:
         time.sleep(0.1)
     return n
 

@@ -100,9 +100,10 @@ class Server:
 class Replicas:
     """One side of a comparison run as several processes of the same code, used in turn
     (round ``r`` uses replica ``r`` mod their number). Two processes of the same code
-    can differ for as long as they live (their memory laid out otherwise): in one
-    interleaved run of 20 rounds, four of handoff at c16 gave 0.77x to 0.88x the
-    forwarder. Rotating, no one process's luck decides a figure."""
+    can differ for as long as they live, even with address-space randomisation off and
+    one hash seed (:func:`steady_env`): in one interleaved run of 20 rounds, four of
+    handoff at c16 gave 0.77x to 0.88x the forwarder. Rotating, no one process's luck
+    decides a figure."""
 
     name: str
     servers: tuple[Server, ...]

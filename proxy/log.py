@@ -180,7 +180,7 @@ def log_request(request_id: str, fields: dict[str, Any]) -> None:
 
 _CLEAN_KEYS: set[str] = set()
 """Field names seen and found not to name a secret."""
-_SECRET_LITERALS = re.compile(rb"sk-|Bearer|AKIA|gh")
+_SECRET_LITERALS = re.compile(rb"sk-|Bearer|AKIA|gh[pousr]_")
 """What every secret pattern starts with. A rendered line without any of them has
 nothing to scrub (JSON escapes only quotes, backslashes and control characters, which
 only ``Bearer``'s whitespace may hold): then it is written as rendered, with one scan

@@ -7,10 +7,17 @@ import json
 import logging
 from collections.abc import Iterator
 
+import orjson
 import pytest
 import structlog
 
-from proxy.log import FLUSH_EVERY_S, configure_logging, flush_request_lines, log_request
+from proxy.log import (
+    _SECRET_LITERALS,
+    FLUSH_EVERY_S,
+    configure_logging,
+    flush_request_lines,
+    log_request,
+)
 
 
 @pytest.fixture
@@ -155,3 +162,10 @@ def test_a_secret_is_scrubbed_however_many_clean_lines_came_before(
     *clean, secret, named = _lines(err)
     assert [c["model"] for c in clean] == ["gpt-4o-mini"] * 3
     assert "[redacted]" in str(secret["upstream"]) and named["x_api_key"] == "[redacted]"
+
+
+def test_an_ordinary_request_line_holds_nothing_that_starts_a_secret() -> None:
+    """The fast way is the common way: "passthrough" holds "gh", but no GitHub token
+    prefix, so the line of a migrated request is not scrubbed field by field."""
+    line = orjson.dumps({**_fields(), "decision": "passthrough", "request_id": "0af3"})
+    assert _SECRET_LITERALS.search(line) is None

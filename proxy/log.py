@@ -42,12 +42,15 @@ def _secret_key(key: str) -> bool:
     return key not in _SAFE_KEYS and _SECRET_KEYS.search(key) is not None
 
 
+_STARTS = r"sk-|Bearer|AKIA|gh[pousr]_"
+"""What every pattern of ``_SECRET_VALUES`` starts with."""
+_STARTS_STR = re.compile(_STARTS)
+
+
 def _may_hold_secret(value: str) -> bool:
-    # Each pattern starts with one of these literals; substring tests are ~3x cheaper
-    # than the regex search, and nearly every logged value fails all four.
-    if "sk-" in value or "Bearer" in value or "AKIA" in value or "gh" in value:
-        return _SECRET_VALUES.search(value) is not None
-    return False
+    # A scan for the literals is cheaper than the full search, and nearly every
+    # logged value holds none of them.
+    return _STARTS_STR.search(value) is not None and _SECRET_VALUES.search(value) is not None
 
 
 def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -180,8 +183,8 @@ def log_request(request_id: str, fields: dict[str, Any]) -> None:
 
 _CLEAN_KEYS: set[str] = set()
 """Field names seen and found not to name a secret."""
-_SECRET_LITERALS = re.compile(rb"sk-|Bearer|AKIA|gh[pousr]_")
-"""What every secret pattern starts with. A rendered line without any of them has
+_SECRET_LITERALS = re.compile(_STARTS.encode())
+"""What every secret pattern starts with, in bytes. A rendered line without any of them has
 nothing to scrub (JSON escapes only quotes, backslashes and control characters, which
 only ``Bearer``'s whitespace may hold): then it is written as rendered, with one scan
 instead of a check of every field (~7 µs a request)."""

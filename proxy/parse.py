@@ -31,16 +31,10 @@ numbered from there."""
 
 def parse_json_object(
     raw: bytes, bodies: ResentBodies | None = None, check: Check | None = None
-) -> dict[str, Any]:
-    """The JSON object in ``raw``, passed by ``check``; ``bodies`` reuses the messages of
-    a body it resends (and remembers only bodies that passed)."""
-    return _parse_object(raw, bodies, check)[0]
-
-
-def _parse_object(
-    raw: bytes, bodies: ResentBodies | None, check: Check | None
 ) -> tuple[dict[str, Any], Resends | None]:
-    """:func:`parse_json_object`, and the earlier body ``raw`` was found to repeat."""
+    """The JSON object in ``raw``, passed by ``check``, and the earlier body ``raw`` was
+    found to repeat: ``bodies`` reuses the messages of a body it resends (and remembers
+    only bodies that passed)."""
 
     def checked(doc: Any, reused: int) -> None:
         _check_object(doc)
@@ -87,7 +81,7 @@ def _check_depth(body: dict[str, Any]) -> None:
 
 
 def parse_chat(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
-    body, resends = _parse_object(raw, bodies, _check_chat)
+    body, resends = parse_json_object(raw, bodies, _check_chat)
     return ChatRequest(
         model=body["model"], messages=tuple(body["messages"]), body=body, raw=raw, resends=resends
     )

@@ -165,10 +165,11 @@ class ResentBodies:
         ids = self._by_key.get(body[:KEY_BYTES])
         if not ids:
             return None
-        best: _Reuse | None = None
-        if like is not None:
-            best = self._named(like, ids, body)
-        for bid in reversed(ids) if best is None else ():
+        best = self._named(like, ids, body) if like is not None else None
+        if best is not None:
+            self._bodies.move_to_end(best.body.bid)
+            return best
+        for bid in reversed(ids):
             old = self._bodies[bid]
             lay = old.layout
             if lay is None or (best is not None and len(lay.ends) <= best.shared):

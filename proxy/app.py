@@ -77,11 +77,11 @@ def request_logger() -> Middleware:
     unique, and cheaper than uuid4. No clear_contextvars: aiohttp runs each request
     in its own task, so bindings never outlive the request (aiohttp #3406)."""
     prefix = os.urandom(4).hex()
-    ids = (f"{prefix}{n:08x}" for n in itertools.count())
+    counter = itertools.count()
 
     @web.middleware
     async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
-        request_id = request.headers.get("x-request-id") or next(ids)
+        request_id = request.headers.get("x-request-id") or f"{prefix}{next(counter):08x}"
         structlog.contextvars.bind_contextvars(request_id=request_id)
         fields: dict[str, Any] = {"method": request.method, "path": request.path}
         request[REQUEST_FIELDS] = fields

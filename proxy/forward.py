@@ -9,6 +9,7 @@ answer is relayed chunk by chunk as it arrives, never re-serialised, with a tee.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -91,8 +92,14 @@ async def read_body(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
         ) from None
 
 
+@functools.lru_cache(maxsize=1024)
+def _relayed(name: str) -> bool:
+    """Cached by the name as the upstream spelled it (the same few on every answer)."""
+    return name.lower() not in _DROP_RESPONSE
+
+
 def response_headers(resp: aiohttp.ClientResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
-    out = CIMultiDict([(k, v) for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE])
+    out = CIMultiDict([(k, v) for k, v in resp.headers.items() if _relayed(k)])
     if extra:
         out.update(extra)
     return out

@@ -37,7 +37,7 @@ def parse_json_object(
     only bodies that passed)."""
 
     def checked(doc: Any, reused: int) -> None:
-        _check_object(doc, _may_nest_too_deep(raw))
+        _check_object(doc)
         if check is not None:
             check(doc, reused)
 
@@ -60,24 +60,12 @@ def parse_json_object(
     return body, resends
 
 
-def _check_object(body: Any, may_be_deep: bool = True) -> None:
+def _check_object(body: Any) -> None:
     if not isinstance(body, dict):
         raise InvalidRequest(
             f"The request body must be a JSON object, not a JSON {type(body).__name__}."
         )
-    if may_be_deep:
-        _check_depth(body)
-
-
-_COUNTED_UP_TO = 64 << 10
-"""Bodies up to this size have their brackets counted before the depth check."""
-
-
-def _may_nest_too_deep(raw: bytes) -> bool:
-    """False when ``raw`` opens too few objects and arrays to nest past :data:`MAX_DEPTH`
-    (two byte counts: ~10x cheaper than writing a small body back). Larger bodies are
-    simply checked."""
-    return len(raw) > _COUNTED_UP_TO or raw.count(b"{") + raw.count(b"[") > MAX_DEPTH
+    _check_depth(body)
 
 
 def _check_depth(body: dict[str, Any]) -> None:

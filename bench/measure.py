@@ -35,8 +35,9 @@ class Plan:
     conversation_turns: int = 500
     tput_rounds: int = 12
     """Rounds of the throughput rows, over ``replicas`` processes a side in turn."""
-    replicas: int = 3
-    """Processes a side in the throughput and snapshot rows (:class:`Replicas`)."""
+    replicas: int = 6
+    """Processes a side in the CPU, throughput and snapshot rows (:class:`Replicas`),
+    each with its own stack start (:func:`~bench.procs.layout_env`)."""
     conversation_rounds: int = 21
     """Replays per side of the 500-turn conversation: each is 500 turns, 1-2 s, so
     seven were a noisy sample (the same code: 0.90x to 1.00x in one day's runs)."""
@@ -46,7 +47,7 @@ FULL = Plan(
     rounds=7, cpu_requests=1500, lat_requests=300, tput_seconds=2, stream_requests=10,
     big_bytes=4 << 20, use_wrk=True,
 )  # fmt: skip
-"""Throughput in 12 rounds of 2 s over three processes a side: with five rounds of 2 s,
+"""Throughput in 12 rounds of 2 s over six processes a side: with five rounds of 2 s,
 the same code's c16 ratio moved between 0.76x and 0.93x from one run to the next on
 this shared machine, and with seven of 3 s on one process a side, 0.75x to 0.88x."""
 QUICK = Plan(
@@ -116,7 +117,7 @@ def warm(b: Bench, targets: Sequence[Server]) -> None:
                  body_file=b.bodies["stream"], requests=2, seconds=b.plan.step_seconds)  # fmt: skip
 
 
-def cpu_per_request(b: Bench, fwd: Server, handoff: Server, body: str) -> Row:
+def cpu_per_request(b: Bench, fwd: Server | Replicas, handoff: Server | Replicas, body: str) -> Row:
     """Server CPU time ÷ requests at modest concurrency, from ``/proc``."""
 
     def once(t: Server) -> float:
@@ -133,7 +134,7 @@ def cpu_per_request(b: Bench, fwd: Server, handoff: Server, body: str) -> Row:
     ratio = h / f if f else None
     return Row(f"passthrough CPU per request, {body.upper()}B body", "bare forwarder",
                h, f, "ms CPU", ratio, "ratio", "≤ 1.5×",
-               ratio is not None and ratio <= 1.5)  # fmt: skip
+               ratio is not None and ratio <= 1.5, _sides_note(b.plan.rounds, fwd, handoff))  # fmt: skip
 
 
 def latency(b: Bench, direct: Server, fwd: Server, handoff: Server) -> list[Row]:
@@ -186,11 +187,15 @@ def throughput(
     h, f = median(per[handoff.name]), median(per[base.name])
     ratio = h / f if f else None
     compared = "bare forwarder" if base.name == "forwarder" else base.name
-    n = max(len(t.servers) if isinstance(t, Replicas) else 1 for t in (base, handoff))
-    note = f"{rounds} rounds; {n} processes a side, in turn" if n > 1 else f"{rounds} rounds"
+    note = _sides_note(rounds, base, handoff)
     return Row(f"throughput at concurrency {concurrency}" + ("" if what == "fwd" else f", {what}"),
                compared, h, f, "req/s", ratio, "ratio", f"≥ {target}×",
                ratio is not None and ratio >= target, note)  # fmt: skip
+
+
+def _sides_note(rounds: int, *sides: Server | Replicas) -> str:
+    n = max(len(t.servers) if isinstance(t, Replicas) else 1 for t in sides)
+    return f"{rounds} rounds; {n} processes a side, in turn" if n > 1 else f"{rounds} rounds"
 
 
 def _stream_path(plan: Plan) -> str:

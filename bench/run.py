@@ -32,6 +32,7 @@ from bench.procs import (
     Server,
     cpu_seconds,
     free_port,
+    layout_env,
     pin_threads,
     settle,
     store_writer_pid,
@@ -80,6 +81,7 @@ def start_handoff(
     cpus: frozenset[int],
     store: Path | None,
     env: dict[str, str] | None = None,
+    replica: int = 0,
 ) -> Server:
     config = fleet.workdir / "empty.toml"
     config.touch()
@@ -88,14 +90,18 @@ def start_handoff(
             "--host", "127.0.0.1", "--port", str(port),
             "--upstream", f"http://127.0.0.1:{upstream.port}/v1", "--log-format", "json",
             *(["--store", str(store)] if store else ["--no-store"])]  # fmt: skip
-    return fleet.start(name, argv, port, cpus, {**child_env(), **(env or {})})
+    return fleet.start(
+        name, argv, port, cpus, {**child_env(), **(env or {}), **layout_env(replica)}
+    )
 
 
-def start_forwarder(fleet: Fleet, name: str, upstream: Server, cpus: frozenset[int]) -> Server:
+def start_forwarder(
+    fleet: Fleet, name: str, upstream: Server, cpus: frozenset[int], replica: int = 0
+) -> Server:
     port = free_port()
     argv = [sys.executable, "-m", "bench.forwarder", "--port", str(port),
             "--upstream", f"http://127.0.0.1:{upstream.port}"]  # fmt: skip
-    return fleet.start(name, argv, port, cpus)
+    return fleet.start(name, argv, port, cpus, {**os.environ, **layout_env(replica)})
 
 
 def store_wired(server: Server) -> bool:
@@ -148,11 +154,14 @@ def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[
     n = range(b.plan.replicas)
     fwds = Replicas(
         "forwarder",
-        tuple(start_forwarder(fleet, _nth("forwarder", i), upstream, cores.server) for i in n),
+        tuple(start_forwarder(fleet, _nth("forwarder", i), upstream, cores.server, i) for i in n),
     )
     handoffs = Replicas(
         "handoff",
-        tuple(start_handoff(fleet, _nth("handoff", i), upstream, cores.server, None) for i in n),
+        tuple(
+            start_handoff(fleet, _nth("handoff", i), upstream, cores.server, None, replica=i)
+            for i in n
+        ),
     )
     fwd, handoff = fwds.servers[0], handoffs.servers[0]  # (for the rows on one process)
     say("warming up")
@@ -160,7 +169,7 @@ def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[
     rows: list[Row] = []
     for body in ("1k", "32k"):
         say(f"CPU per request, {body} body")
-        rows.append(measure.cpu_per_request(b, fwd, handoff, body))
+        rows.append(measure.cpu_per_request(b, fwds, handoffs, body))
     say("latency at concurrency 1")
     rows += measure.latency(b, upstream, fwd, handoff)
     for c in (16, 64):
@@ -221,7 +230,7 @@ def _start_stored(b: Bench, fleet: Fleet, upstream: Server, cores: Cores, label:
     try:
         for i, db in enumerate(dbs):
             servers.append(start_handoff(fleet, _nth(f"handoff-store-{label}", i), upstream,
-                                         cores.server, db, {"HANDOFF_STORE__WRITER": writer}))  # fmt: skip
+                                         cores.server, db, {"HANDOFF_STORE__WRITER": writer}, i))  # fmt: skip
     except RuntimeError:
         for server in servers:
             fleet.stop(server)

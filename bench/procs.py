@@ -119,8 +119,9 @@ class Replicas:
     (round ``r`` uses replica ``r`` mod their number). Two processes of the same code
     can differ for as long as they live, even with address-space randomisation off and
     one hash seed (:func:`steady_env`): in one interleaved run of 20 rounds, four of
-    handoff at c16 gave 0.77x to 0.88x the forwarder. Rotating, no one process's luck
-    decides a figure."""
+    handoff at c16 gave 0.77x to 0.88x the forwarder (one cause: where each one's stack
+    starts, which :func:`layout_env` varies alike for every side). Rotating, no one
+    process's luck decides a figure."""
 
     name: str
     servers: tuple[Server, ...]

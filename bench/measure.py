@@ -97,7 +97,7 @@ def interleave(
     """``once(target)`` for A B A B … over ``rounds``, each once all targets are idle
     (so one's deferred work never runs during another's turn); figures per target name.
     A target of :class:`Replicas` runs one of its processes a round, in turn."""
-    sides = [t if isinstance(t, Replicas) else Replicas(t.name, (t,)) for t in targets]
+    sides = [_as_replicas(t) for t in targets]
     out: dict[str, list[float]] = {t.name: [] for t in sides}
     pids = [p for t in sides for p in t.pids]
     for r in range(rounds):
@@ -194,8 +194,12 @@ def throughput(
 
 
 def _sides_note(rounds: int, *sides: Server | Replicas) -> str:
-    n = max(len(t.servers) if isinstance(t, Replicas) else 1 for t in sides)
-    return f"{rounds} rounds; {n} processes a side, in turn" if n > 1 else f"{rounds} rounds"
+    widest = max(map(_as_replicas, sides), key=lambda r: len(r.servers))
+    return f"{rounds} rounds" + ("" if len(widest.servers) == 1 else f"; {widest.described}")
+
+
+def _as_replicas(t: Server | Replicas) -> Replicas:
+    return t if isinstance(t, Replicas) else Replicas(t.name, (t,))
 
 
 def _stream_path(plan: Plan) -> str:

@@ -130,6 +130,12 @@ class Replicas:
         return self.servers[round_ % len(self.servers)]
 
     @property
+    def described(self) -> str:
+        """How a row's note says the side was run."""
+        n = len(self.servers)
+        return "one process a side" if n == 1 else f"{n} processes a side, in turn"
+
+    @property
     def pids(self) -> list[int]:
         return [s.pid for s in self.servers]
 

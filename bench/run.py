@@ -189,11 +189,6 @@ def _nth(name: str, i: int) -> str:
     return name if i == 0 else f"{name}-{i + 1}"
 
 
-def _sides(r: Replicas) -> str:
-    n = len(r.servers)
-    return "one process a side" if n == 1 else f"{n} processes a side, in turn"
-
-
 def _litellm(
     b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores, notes: list[str]
 ) -> list[Row]:
@@ -283,7 +278,7 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replic
         note = (f"{sizes['turns']} turns, {sizes['messages']:,} messages, final history "
                 f"{sizes['final_history_bytes'] / 1024:,.0f} KB; {recorded:,} of "
                 f"{sent[stored.name]:,} turns recorded ({warm_sent} in the warm-up replays)"
-                f"{writer}; {_sides(stored)}")  # fmt: skip
+                f"{writer}; {stored.described}")  # fmt: skip
         return Row(what, "snapshots off (--no-store)", h, f, "turns/s", ratio, "ratio",
                    "≥ 0.9×", ratio is not None and ratio >= 0.9, note)  # fmt: skip
     finally:
@@ -307,7 +302,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
         cpu0, turns0 = sum(map(cpu_seconds, writers)), sum(map(_turns_stored, dbs))
         row = measure.throughput(b, handoffs, stored, 16, f"snapshots on, {writer}", target or 0)
         row.what, row.compared_with = what, "snapshots off (--no-store)"
-        row.note = f"{where}; {_sides(stored)}"
+        row.note = f"{where}; {stored.described}"
         if target is None:
             row.target, row.passed = "reported", None
         if writers:
@@ -315,7 +310,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
             turns = sum(map(_turns_stored, dbs)) - turns0
             per_turn = _writer_ms_per_turn(writers, cpu0, turns)
             row.note = (f"{where}: the writer processes (pinned with the load generator) used "
-                        f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns); {_sides(stored)}")  # fmt: skip
+                        f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns); {stored.described}")  # fmt: skip
         return row
     finally:
         for server in stored.servers:

@@ -1,7 +1,8 @@
 """``chart.svg`` from the result rows, as hand-written SVG (no plotting dependency).
 
-Two panels of horizontal bars: ratios to the baseline (target marked per bar) and
-milliseconds added over the bare forwarder (the 1 ms budget marked).
+Panels of horizontal bars: ratios to the baseline (target marked per bar), ratios to
+LiteLLM's proxy when it ran, and milliseconds added over the bare forwarder (the 1 ms
+budget marked).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from bench.measure import Row
 
 WIDTH, LABEL, BAR_H, GAP = 840, 350, 18, 8
 COLOURS = {True: "#2e7d32", False: "#c62828", None: "#757575"}
+PEER = "litellm"
+"""The name LiteLLM's rows give as what they compare with."""
 
 
 def target_value(target: str) -> float | None:
@@ -58,12 +61,18 @@ def _panel(title: str, rows: Sequence[Row], top: int, unit: str) -> tuple[list[s
 
 
 def render(rows: Sequence[Row], subtitle: str) -> str:
-    ratios = [r for r in rows if r.kind == "ratio" and r.figure is not None]
+    measured = [r for r in rows if r.kind == "ratio" and r.figure is not None]
+    # Against LiteLLM the ratios are tens: on one axis the others would be slivers.
+    ratios = [r for r in measured if r.compared_with != PEER]
+    peers = [r for r in measured if r.compared_with == PEER]
     added = [r for r in rows if r.kind == "added_ms" and r.figure is not None]
     body: list[str] = [f'<text x="10" y="40" class="sub">{escape(subtitle)}</text>']
     y = 52
     if ratios:
         part, y = _panel("handoff ÷ baseline (| marks the target)", ratios, y, "×")
+        body += part
+    if peers:
+        part, y = _panel("handoff ÷ LiteLLM's proxy (| marks the target)", peers, y, "×")
         body += part
     if added:
         part, y = _panel("ms added over the bare forwarder (| marks the budget)", added, y, "ms")

@@ -85,6 +85,7 @@ class Bench:
     wrk: Wrk | None
     bodies: dict[str, str]
     raw: dict[str, Any]
+    litellm: str | None = None  # LiteLLM's command, from an environment of its own
 
 
 def median(values: Sequence[float]) -> float:

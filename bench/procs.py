@@ -215,6 +215,7 @@ class Fleet:
         port: int,
         cpus: frozenset[int],
         env: dict[str, str] | None = None,
+        ready_s: float = 20.0,
     ) -> Server:
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
@@ -229,7 +230,7 @@ class Fleet:
             )
         server = Server(name, port, proc, log)
         self.servers.append(server)
-        wait_ready(server)
+        wait_ready(server, ready_s)
         return server
 
     def stop(self, server: Server) -> None:

@@ -9,7 +9,6 @@ interleaved, prints the table and writes ``results.json``, ``results.md`` and
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import chart, conversation, measure, report
+from bench import chart, conversation, litellm_peer, measure, report
 from bench.clients import LoadGen, Wrk
 from bench.measure import Bench, Plan, Row, interleave, median
 from bench.procs import (
@@ -111,36 +110,6 @@ def store_wired(server: Server) -> bool:
         return "store" in json.loads(resp.read())
 
 
-LITELLM_CONFIG = """model_list:
-  - model_name: gpt-4o-mini
-    litellm_params:
-      model: openai/gpt-4o-mini
-      api_base: http://127.0.0.1:{port}/v1
-      api_key: sk-bench-not-a-key
-general_settings:
-  master_key: sk-bench-not-a-key
-"""
-
-
-def start_litellm(fleet: Fleet, upstream: Server, cpus: frozenset[int]) -> Server | str:
-    """LiteLLM's proxy when installed (never a dependency), else why it was skipped."""
-    if importlib.util.find_spec("litellm") is None:
-        return "litellm is not installed: LiteLLM comparison skipped (pip install 'litellm[proxy]')"
-    binary = shutil.which("litellm", path=str(Path(sys.executable).parent)) or shutil.which(
-        "litellm"
-    )
-    if binary is None:
-        return "litellm is importable but its CLI is missing: LiteLLM comparison skipped"
-    config = fleet.workdir / "litellm.yaml"
-    config.write_text(LITELLM_CONFIG.format(port=upstream.port))
-    port = free_port()
-    try:
-        return fleet.start("litellm", [binary, "--config", str(config), "--port", str(port)],
-                           port, cpus)  # fmt: skip
-    except RuntimeError as e:
-        return f"LiteLLM failed to start, skipped: {_last_line(e)}"
-
-
 def not_available(what: str, why: str) -> Row:
     return Row(what, "—", None, None, "", None, "info", "≥ 0.9×", None, f"not available: {why}")
 
@@ -192,7 +161,8 @@ def _nth(name: str, i: int) -> str:
 def _litellm(
     b: Bench, fleet: Fleet, upstream: Server, handoff: Server, cores: Cores, notes: list[str]
 ) -> list[Row]:
-    started = start_litellm(fleet, upstream, cores.server)
+    body = Path(b.bodies["1k"]).read_bytes()
+    started = litellm_peer.start(fleet, upstream, cores.server, b.litellm, body)
     if isinstance(started, str):
         notes.append(started)
         return []
@@ -200,6 +170,9 @@ def _litellm(
     measure.warm(b, [started])
     rows = [measure.throughput(b, started, handoff, c, "vs LiteLLM", 20.0) for c in (16, 64)]
     fleet.stop(started)
+    about = f"LiteLLM {litellm_peer.version(started.proc.args[0])}, pinned to handoff's core"
+    for row in rows:
+        row.note = f"{row.note}; {about}"
     return rows
 
 
@@ -366,6 +339,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="benchmark handoff against a bare forwarder")
     parser.add_argument("--quick", action="store_true", help="tiny counts (smoke test)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--litellm",
+        metavar="PATH",
+        help="LiteLLM's `litellm` command, installed in an environment of its own "
+        "(it is never a dependency): adds the throughput rows against LiteLLM",
+    )
     args = parser.parse_args(argv)
     plan = measure.QUICK if args.quick else measure.FULL
     cores = Cores.detect()
@@ -377,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir = Path(tmp)
         wrk = Wrk.find(cores.client, workdir) if plan.use_wrk else None
         with Fleet(workdir) as fleet, LoadGen(cores.client) as lg:
-            b = Bench(plan, lg, wrk, write_bodies(workdir, plan), {})
+            b = Bench(plan, lg, wrk, write_bodies(workdir, plan), {}, args.litellm)
             rows = measure_all(b, fleet, cores, notes)
     cmd = "make bench" + (" ARGS=--quick" if args.quick else "")
     md = write_results(args.out, rows, b, info, notes, cmd, time.monotonic() - t0)

@@ -15,8 +15,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from bench import chart, litellm_peer
 from bench.clients import parse_wrk
 from bench.loadgen import percentile, read_response, replay
+from bench.measure import Row
 from bench.run import chat_body
 from bench.upstream import SSE_HEAD, chunk_delay, http_chunk, json_response, sse_events
 
@@ -77,13 +79,72 @@ def test_percentile_is_nearest_rank() -> None:
 
 
 def test_parse_wrk_counts_errors() -> None:
-    """wrk's report yields requests/s, and non-2xx plus socket errors count as errors."""
+    """Only successful answers count towards requests/s; non-2xx plus socket errors are
+    errors (wrk's own Requests/sec, which counts a 401 like a 200, is not used)."""
     out = (
         "  12000 requests in 2.00s, 3.1MB read\n"
         "  Socket errors: connect 0, read 1, write 0, timeout 2\n"
         "  Non-2xx or 3xx responses: 4\nRequests/sec:   6000.50\n"
     )
-    assert parse_wrk(out) == {"rps": 6000.5, "ok": 11996, "errors": 7}
+    assert parse_wrk(out) == {"rps": 5998.0, "ok": 11996, "errors": 7}
+    refused = "  619 requests in 5.01s, 198.27KB read\n  Non-2xx or 3xx responses: 619\n"
+    assert parse_wrk(refused)["rps"] == 0.0
+    assert parse_wrk("  300 requests in 500.00ms, 1KB read\n")["rps"] == 600.0
+
+
+def test_chart_puts_litellm_on_its_own_axis() -> None:
+    """Ratios against LiteLLM (tens) get their own panel; on one axis with the ~1x
+    ratios against the forwarder, those bars would be slivers."""
+
+    def row(what: str, compared: str, figure: float, target: str) -> Row:
+        return Row(what, compared, 1.0, 1.0, "req/s", figure, "ratio", target, True)
+
+    svg = chart.render(
+        [
+            row("throughput at concurrency 16", "bare forwarder", 0.9, "≥ 0.8×"),
+            row("throughput at concurrency 16, vs LiteLLM", "litellm", 45.0, "≥ 20.0×"),
+        ],
+        "test machine",
+    )
+    tree = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    titles = [t.text for t in tree.iter(f"{ns}text") if t.get("class") == "title"]
+    assert "handoff ÷ LiteLLM's proxy (| marks the target)" in titles
+    bars = [float(r.get("width", 0)) for r in tree.iter(f"{ns}rect") if r.get("x") == "350"]
+    assert len(bars) == 2 and min(bars) > 100, bars  # each scaled on its own axis
+
+
+async def test_a_peer_that_refuses_is_reported_not_measured() -> None:
+    """LiteLLM is checked with one chat request before any round: a 401 (a wrong master
+    key, say) or a non-completion is named; a chat completion passes."""
+    from aiohttp import web
+
+    answers = [
+        web.json_response({"error": {"message": "Authentication Error"}}, status=401),
+        web.json_response({"object": "list", "data": []}),
+        web.json_response({"object": "chat.completion", "choices": []}),
+    ]
+
+    async def handle(request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == f"Bearer {litellm_peer.MASTER_KEY}"
+        return answers.pop(0)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        body = chat_body(200)
+        refused = await asyncio.to_thread(litellm_peer.answer_problem, port, body)
+        assert refused is not None and refused.startswith("HTTP 401")
+        odd = await asyncio.to_thread(litellm_peer.answer_problem, port, body)
+        assert odd is not None and odd.startswith("unexpected answer")
+        assert await asyncio.to_thread(litellm_peer.answer_problem, port, body) is None
+    finally:
+        await runner.cleanup()
 
 
 @pytest.mark.slow

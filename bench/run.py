@@ -358,7 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Fleet(workdir) as fleet, LoadGen(cores.client) as lg:
             b = Bench(plan, lg, wrk, write_bodies(workdir, plan), {}, args.litellm)
             rows = measure_all(b, fleet, cores, notes)
-    cmd = "make bench" + (" ARGS=--quick" if args.quick else "")
+    flags = ["--quick"] * args.quick + ["--litellm PATH/TO/bin/litellm"] * bool(args.litellm)
+    cmd = "make bench" + (f' ARGS="{" ".join(flags)}"' if flags else "")
     md = write_results(args.out, rows, b, info, notes, cmd, time.monotonic() - t0)
     print(md)
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bench.loadgen import BENCH_KEY
 from bench.procs import pin
 
 Result = dict[str, Any]
@@ -65,7 +66,7 @@ class LoadGen:
 
 WRK_SCRIPT = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench-not-a-key"
+wrk.headers["Authorization"] = "Bearer {key}"
 local f = io.open("{body}", "rb")
 wrk.body = f:read("*a")
 f:close()
@@ -88,7 +89,7 @@ class Wrk:
     def throughput(self, port: int, body_file: str, concurrency: int, seconds: int) -> Result:
         script = self.workdir / f"wrk-{Path(body_file).stem}.lua"
         if not script.exists():
-            script.write_text(WRK_SCRIPT.format(body=body_file))
+            script.write_text(WRK_SCRIPT.format(body=body_file, key=BENCH_KEY))
         argv = [
             self.binary, "-t1", f"-c{concurrency}", f"-d{max(1, seconds)}s", "-s", str(script),
             f"http://127.0.0.1:{port}/v1/chat/completions",

@@ -19,10 +19,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from bench.loadgen import BENCH_KEY
 from bench.procs import Fleet, Server, free_port
 
-MASTER_KEY = "sk-bench-not-a-key"
-"""What the bench's clients send as their key (``bench.clients``, ``bench.loadgen``)."""
+MASTER_KEY = BENCH_KEY
+"""LiteLLM's master key: what every bench client sends."""
 READY_S = 120.0
 """LiteLLM imports for ~13 s on two free cores; pinned to one, under load, longer."""
 

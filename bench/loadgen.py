@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 Result = dict[str, Any]
+BENCH_KEY = "sk-bench-not-a-key"
+"""The key every bench client sends (and LiteLLM's master key, ``litellm_peer``)."""
 
 
 def request_head(port: int, path: str, length: int) -> bytes:
     return (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        "Content-Type: application/json\r\nAuthorization: Bearer sk-bench-not-a-key\r\n"
+        f"Content-Type: application/json\r\nAuthorization: Bearer {BENCH_KEY}\r\n"
         f"Content-Length: {length}\r\n\r\n"
     ).encode()
 

@@ -32,8 +32,7 @@ from proxy.build import build_engine
 from proxy.config import Settings
 from proxy.parse import parse_chat
 from proxy.process_tuning import raise_gc_threshold, tune_malloc
-from proxy.resent import WORTH_REUSING, ResentBodies
-from proxy.services import BODIES_BYTES
+from proxy.services import history_cache
 from proxy.tokens import TokenCounter
 from proxy.upstreams import Router, Upstream
 
@@ -52,7 +51,7 @@ async def _run(tokens: int, rounds: int, model: str) -> dict[str, Any]:
     for i in range(rounds + 1):  # one message longer each turn, as a client resends
         history = [*history, {"role": "user", "content": f"and now step {i}?"}]
         bodies.append(_body(model, history))
-    resent = ResentBodies(max_bytes=BODIES_BYTES, min_bytes=WORTH_REUSING)  # as the proxy's
+    resent = history_cache(settings)  # as the proxy's
     first = await engine.plan(parse_chat(bodies[0], resent), up)  # cold: fills caches and the cut
     assert first.decision is not None and first.decision.action == "compressed"
     handoff_ms, bare_ms, actions = [], [], []

@@ -35,7 +35,7 @@ from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
 from proxy.process_tuning import raise_gc_threshold
 from proxy.request_log import REQUEST_FIELDS
-from proxy.services import SERVICES, Planner, Services
+from proxy.services import SERVICES, Planner, Services, history_cache
 from proxy.store.base import Store
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
@@ -179,6 +179,7 @@ def create_app(
         store=store,
         timeout=timeout,
         metrics=metrics,
+        bodies=history_cache(settings),
     )
     app[ENGINE] = engine
     app.cleanup_ctx.append(_upstream_sessions)

@@ -42,6 +42,11 @@ class ServerSettings(_Section):
     access_key: str = ""
     """Required to bind a non-loopback address; clients send it in ``x-handoff-key``."""
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    history_cache_bytes: int = Field(16 * 1024 * 1024, ge=0)
+    """Recent large request bodies kept with their parsed messages, and the token counts of
+    their conversations' latest turns, so a history resent next turn is not parsed and
+    counted again: up to this many bytes of bodies for each (their parse takes several
+    times it). 0 turns reuse off."""
     log_format: Literal["console", "json"] = "console"
     log_content: bool = False
     """Debug only: include message content in logs."""

@@ -98,7 +98,7 @@ class Engine:
         self.calibration = calibration
         self.summarizers = summarizers
         self.cuts = CutMemory(capacity=4096)
-        self.memos = TurnMemos()
+        self.memos = TurnMemos(max_bytes=settings.server.history_cache_bytes)
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
         self._targets: dict[tuple[str, str, int | None], _Target] = {}
         self._warned: set[str] = set()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
@@ -57,10 +57,6 @@ class Planner(Protocol):
         """Learn from the upstream's usage figures (calibration)."""
 
 
-BODIES_BYTES = 16 << 20
-"""Bodies kept for reuse, at most (their parsed messages take several times this)."""
-
-
 @dataclass(slots=True)
 class Services:
     settings: Settings
@@ -69,10 +65,13 @@ class Services:
     store: Store | None
     timeout: aiohttp.ClientTimeout
     metrics: Metrics
-    bodies: ResentBodies = field(
-        default_factory=lambda: ResentBodies(max_bytes=BODIES_BYTES, min_bytes=WORTH_REUSING)
-    )
-    """Recent large bodies, so a resent history is not parsed again (see ``resent``)."""
+    bodies: ResentBodies
+    """Recent large bodies, so a resent history is not parsed again (see ``resent``),
+    within ``server.history_cache_bytes``: :func:`history_cache`."""
+
+
+def history_cache(settings: Settings) -> ResentBodies:
+    return ResentBodies(max_bytes=settings.server.history_cache_bytes, min_bytes=WORTH_REUSING)
 
 
 SERVICES = web.AppKey("services", Services)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import BaseModel
 
@@ -105,3 +106,27 @@ def test_config_flag_after_the_command(tmp_path: Path, capsys: pytest.CaptureFix
         assert main(argv) == 0
         assert "12345" in capsys.readouterr().out
     assert main(["models", "house-model"]) == 1  # unknown without the file
+
+
+def test_history_cache_bytes_sizes_both_reuse_caches(tmp_path: Path) -> None:
+    """``server.history_cache_bytes`` bounds the resent bodies and the turn memos alike;
+    0 turns reuse off: a resent history is then parsed whole again."""
+    from proxy.app import ENGINE, create_app
+    from proxy.parse import parse_chat
+    from proxy.services import SERVICES, history_cache
+
+    path = _write(tmp_path, "[server]\nhistory_cache_bytes = 1048576\n[store]\nenabled = false\n")
+    app = create_app(load_settings(path))
+    assert app[SERVICES].bodies.max_bytes == 1 << 20
+    assert app[ENGINE].memos.max_bytes == 1 << 20
+
+    history: list[dict[str, Any]] = [{"role": "user", "content": "x" * 70_000}]
+    first = orjson.dumps({"model": "m", "messages": history})
+    resent = orjson.dumps({"model": "m", "messages": [*history, {"role": "user", "content": "y"}]})
+    reused = {}
+    for size in (16 << 20, 0):
+        cache = history_cache(Settings(server={"history_cache_bytes": size}))
+        parse_chat(first, cache)
+        parse_chat(resent, cache)
+        reused[size] = cache.reused_messages
+    assert reused == {16 << 20: 1, 0: 0}

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.loadgen import BENCH_KEY
-from bench.procs import Fleet, Server, free_port
+from bench.procs import Fleet, Server, free_port, last_line
 
 MASTER_KEY = BENCH_KEY
 """LiteLLM's master key: what every bench client sends."""
@@ -80,7 +80,7 @@ def start(
     try:
         server = fleet.start("litellm", argv, port, cpus, env, ready_s=READY_S)
     except RuntimeError as e:
-        return f"LiteLLM failed to start, skipped: {str(e).strip().splitlines()[-1]}"
+        return f"LiteLLM failed to start, skipped: {last_line(e)}"
     problem = answer_problem(port, body)
     if problem is not None:
         fleet.stop(server)

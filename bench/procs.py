@@ -155,6 +155,12 @@ def wait_ready(server: Server, timeout: float = 20.0) -> None:
     raise RuntimeError(f"{server.name} not ready after {timeout}s:\n{server.log_tail()}")
 
 
+def last_line(e: Exception) -> str:
+    """The last non-blank line of ``e`` (a failed start ends with its log's tail)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of all live threads of ``pid``: ns-exact from schedstat, else utime+stime."""
     total = 0

@@ -31,6 +31,7 @@ from bench.procs import (
     Server,
     cpu_seconds,
     free_port,
+    last_line,
     layout_env,
     pin_threads,
     settle,
@@ -219,7 +220,7 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replic
     try:
         stored, dbs, writers = _start_stored(b, fleet, upstream, cores, "conversation", "process")
     except RuntimeError as e:
-        return not_available(what, f"handoff with --store did not start ({_last_line(e)})")
+        return not_available(what, f"handoff with --store did not start ({last_line(e)})")
     _say("snapshots on vs off (500-turn conversation)")
     try:
         replays = iter(range(1, 10_000))
@@ -265,7 +266,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
     try:
         stored, dbs, writers = _start_stored(b, fleet, upstream, cores, writer, writer)
     except RuntimeError as e:
-        return not_available(what, f"handoff with --store did not start ({_last_line(e)})")
+        return not_available(what, f"handoff with --store did not start ({last_line(e)})")
     try:
         if not store_wired(stored.servers[0]):
             return not_available(what, "`handoff serve --store` does not open a store yet")
@@ -311,11 +312,6 @@ def _turns_stored(db: Path) -> int:
         return int(con.execute("SELECT count(*) FROM turns").fetchone()[0])
     finally:
         con.close()
-
-
-def _last_line(e: Exception) -> str:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[-1] if lines else type(e).__name__
 
 
 def _say(text: str) -> None:

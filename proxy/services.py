@@ -71,6 +71,7 @@ class Services:
 
 
 def history_cache(settings: Settings) -> ResentBodies:
+    """The proxy's cache of recent large bodies (the engine's turn memos share the bound)."""
     return ResentBodies(max_bytes=settings.server.history_cache_bytes, min_bytes=WORTH_REUSING)
 
 

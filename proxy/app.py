@@ -1,7 +1,8 @@
 """The aiohttp application: built by :func:`create_app` from validated settings.
 
-Request path: ``request_log`` (which also answers errors) → ``access`` (only with an access
-key), then the route.
+Every route is wrapped by :class:`~proxy.endpoint.Endpoints` (canonical log event,
+access key, OpenAI-shaped errors); there is no middleware, and unknown paths reach
+a catch-all route of their own.
 State lives under the typed :data:`~proxy.services.SERVICES` key; upstream sessions
 and the store are opened and closed in ``cleanup_ctx`` generators (no globals).
 """
@@ -11,30 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hmac
-import itertools
-import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import structlog
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy.build import build_engine, open_store
 from proxy.chat import chat_completions
 from proxy.config import Settings
+from proxy.endpoint import CATCH_ALL, Endpoints, unmatched
 from proxy.engine import Engine
-from proxy.errors import HandoffError, Unauthorized, error_body
-from proxy.inspect_api import create_inspect_app
-from proxy.log import log_request
+from proxy.inspect_api import add_inspect_routes
 from proxy.metrics import Metrics
 from proxy.passthrough import passthrough
 from proxy.process_tuning import raise_gc_threshold
-from proxy.request_log import REQUEST_FIELDS
 from proxy.services import SERVICES, Planner, Services, history_cache
 from proxy.store.base import Store
 from proxy.store.process import ProcessStore
@@ -47,79 +40,6 @@ ENGINE = web.AppKey("engine", Engine)
 DISCOVERY = web.AppKey("discovery", asyncio.Task[None])
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = structlog.get_logger("handoff")
-
-
-def error_response(exc: Exception, fields: dict[str, Any]) -> web.Response | None:
-    """Our own errors → OpenAI-shaped bodies. Anything unexpected is logged with its
-    traceback and answered 500 in the same shape; the server keeps running. None:
-    not ours to answer (a redirect, a client hang-up), so the caller re-raises."""
-    if isinstance(exc, HandoffError):
-        fields["error"] = exc.code or exc.type
-        return web.json_response(exc.body(), status=exc.status)
-    if isinstance(exc, web.HTTPException):
-        if exc.status < 400:
-            return None
-        return web.json_response(
-            error_body(exc.reason, "invalid_request_error", None, None), status=exc.status
-        )
-    if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)):
-        return None
-    log.exception("internal_error", exc_info=exc, **fields)
-    return web.json_response(
-        error_body("handoff hit an internal error; see its log.", "server_error"), status=500
-    )
-
-
-def request_logger() -> Middleware:
-    """One canonical log event per request, with fields added along the way, and
-    errors answered (one middleware, not two: each is a frame every await of the
-    handler resumes through). Request ids are a random per-app prefix and a counter:
-    unique, and cheaper than uuid4. No clear_contextvars: aiohttp runs each request
-    in its own task, so bindings never outlive the request (aiohttp #3406)."""
-    prefix = os.urandom(4).hex()
-    counter = itertools.count()
-
-    @web.middleware
-    async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
-        request_id = request.headers.get("x-request-id") or f"{prefix}{next(counter):08x}"
-        structlog.contextvars.bind_contextvars(request_id=request_id)
-        fields: dict[str, Any] = {"method": request.method, "path": request.path}
-        request[REQUEST_FIELDS] = fields
-        t0 = time.perf_counter()
-        status = 499
-        try:
-            try:
-                resp = await handler(request)
-            except Exception as e:
-                answer = error_response(e, fields)
-                if answer is None:
-                    raise
-                resp = answer
-            status = resp.status
-            return resp
-        finally:
-            latency_ms = round((time.perf_counter() - t0) * 1000, 2)
-            fields["status"] = status
-            fields["latency_ms"] = latency_ms
-            log_request(request_id, fields)
-
-    return request_log
-
-
-def access_guard(access_key: str) -> Middleware:
-    @web.middleware
-    async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if access_key and request.path != "/healthz":
-            given = request.headers.get("x-handoff-key", "")
-            if not hmac.compare_digest(given.encode(), access_key.encode()):
-                err = Unauthorized(
-                    "This handoff requires its access key: send it in the x-handoff-key header "
-                    "(your own Authorization header still goes to the upstream)."
-                )
-                return web.json_response(err.body(), status=err.status)
-        return await handler(request)
-
-    return access
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
@@ -166,12 +86,7 @@ def create_app(
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )
-    app = web.Application(
-        middlewares=[request_logger(), access_guard(settings.server.access_key)]
-        if settings.server.access_key
-        else [request_logger()],
-        client_max_size=settings.server.max_body_bytes,
-    )
+    app = web.Application(client_max_size=settings.server.max_body_bytes)
     app[SERVICES] = Services(
         settings=settings,
         router=router,
@@ -189,14 +104,16 @@ def create_app(
         app.cleanup_ctx.append(_discover_windows)
     if store is not None:
         app.cleanup_ctx.append(_store_lifecycle)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/chat/completions", chat_completions)
-    app.router.add_route("*", "/v1/{tail:.*}", passthrough)
-    app.router.add_get("/metrics", metrics_endpoint)
+    wrap = Endpoints(settings.server.access_key).wrap
+    app.router.add_get("/healthz", wrap(healthz, open_to_all=True))
+    app.router.add_post("/v1/chat/completions", wrap(chat_completions))
+    app.router.add_post("/chat/completions", wrap(chat_completions))
+    app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough))
+    app.router.add_get("/metrics", wrap(metrics_endpoint))
     if isinstance(store, SqliteStore | ProcessStore):
         reader = SqliteReader(store.path)
-        app.add_subapp("/handoff/v1", create_inspect_app(reader, settings.server.access_key))
+        add_inspect_routes(app, reader, settings.server.access_key, wrap)
+    app.router.add_route("*", CATCH_ALL, wrap(unmatched))  # last: only what nothing else serves
     return app
 
 

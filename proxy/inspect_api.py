@@ -1,9 +1,11 @@
 """The read-only ``/handoff/v1`` API over the snapshot store.
 
-Mount with ``app.add_subapp("/handoff/v1", create_inspect_app(reader, key))``.
-Routes: ``GET /sessions`` (``model``, ``since``, ``search``, ``workspace``,
-``limit``), ``GET /sessions/{id}``, ``GET /sessions/{id}/turns/{n}``,
-``GET /sessions/{id}/diff/{n}`` and ``GET /sessions/{id}/export?format=…&turn=N``.
+Added to the proxy's own application by :func:`add_inspect_routes`, each route wrapped
+as the proxy's own are (not a sub-application with middleware, which would make aiohttp
+run a middleware chain for every request). Routes: ``GET /sessions`` (``model``,
+``since``, ``search``, ``workspace``, ``limit``), ``GET /sessions/{id}``,
+``GET /sessions/{id}/turns/{n}``, ``GET /sessions/{id}/diff/{n}`` and
+``GET /sessions/{id}/export?format=…&turn=N``.
 Answered to loopback clients, or to anyone sending ``x-handoff-key`` equal to a
 non-empty ``access_key``. SQLite reads run in a worker thread, off the event loop.
 Errors use OpenAI's shape.
@@ -21,6 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from proxy.errors import InvalidRequest
 from proxy.store.base import StoreReader
 from proxy.store.durations import parse_since
 from proxy.store.errors import AmbiguousSession, StoreError, StoreMissingError
@@ -48,30 +51,33 @@ def _is_loopback(remote: str | None) -> bool:
         return False
 
 
-@web.middleware
-async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+def _guarded(handler: Handler) -> Handler:
     """Admit loopback clients or the key holder; turn store errors into OpenAI errors."""
-    key = request.app[ACCESS_KEY]
-    given = request.headers.get("x-handoff-key", "")
-    allowed = _is_loopback(request.remote) or bool(
-        key and hmac.compare_digest(given.encode(), key.encode())
-    )
-    if not allowed:
-        return _error(
-            403,
-            "the inspection API answers loopback clients or x-handoff-key holders",
-            "permission_error",
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        key = request.app[ACCESS_KEY]
+        given = request.headers.get("x-handoff-key", "")
+        allowed = _is_loopback(request.remote) or bool(
+            key and hmac.compare_digest(given.encode(), key.encode())
         )
-    try:
-        return await handler(request)
-    except AmbiguousSession as e:
-        return _error(409, str(e), "invalid_request_error", "id")
-    except StoreMissingError as e:
-        return _error(503, str(e), "store_unavailable")
-    except (StoreError, LookupError) as e:
-        return _error(404, str(e), "not_found_error")
-    except argparse.ArgumentTypeError as e:
-        return _error(400, str(e), "invalid_request_error", "since")
+        if not allowed:
+            return _error(
+                403,
+                "the inspection API answers loopback clients or x-handoff-key holders",
+                "permission_error",
+            )
+        try:
+            return await handler(request)
+        except AmbiguousSession as e:
+            return _error(409, str(e), "invalid_request_error", "id")
+        except StoreMissingError as e:
+            return _error(503, str(e), "store_unavailable")
+        except (StoreError, LookupError) as e:
+            return _error(404, str(e), "not_found_error")
+        except argparse.ArgumentTypeError as e:
+            return _error(400, str(e), "invalid_request_error", "since")
+
+    return guarded
 
 
 def _int(request: web.Request, name: str, default: int | None = None) -> int | None:
@@ -81,19 +87,7 @@ def _int(request: web.Request, name: str, default: int | None = None) -> int | N
     try:
         return int(raw)
     except ValueError:
-        raise web.HTTPBadRequest(
-            body=orjson.dumps(
-                {
-                    "error": {
-                        "message": f"{name} must be an integer",
-                        "type": "invalid_request_error",
-                        "param": name,
-                        "code": None,
-                    }
-                }
-            ),
-            content_type="application/json",
-        ) from None
+        raise InvalidRequest(f"{name} must be an integer", param=name) from None
 
 
 async def _list(request: web.Request) -> web.Response:
@@ -144,14 +138,24 @@ async def _export(request: web.Request) -> web.Response:
     return _json(out)
 
 
-def create_inspect_app(reader: StoreReader, access_key: str) -> web.Application:
-    """The sub-application serving the read-only inspection API."""
-    app = web.Application(middlewares=[_guard])
+PREFIX = "/handoff/v1"
+
+
+def add_inspect_routes(
+    app: web.Application,
+    reader: StoreReader,
+    access_key: str,
+    wrap: Callable[[Handler], Handler] = lambda h: h,
+) -> None:
+    """Serve the read-only inspection API under :data:`PREFIX` from ``app``; ``wrap`` is
+    the application's own wrapper for every route (its log event and error answers)."""
     app[READER] = reader
     app[ACCESS_KEY] = access_key
-    app.router.add_get("/sessions", _list)
-    app.router.add_get("/sessions/{id}", _session)
-    app.router.add_get("/sessions/{id}/turns/{n}", _turn)
-    app.router.add_get("/sessions/{id}/diff/{n}", _diff)
-    app.router.add_get("/sessions/{id}/export", _export)
-    return app
+    for path, handler in (
+        ("/sessions", _list),
+        ("/sessions/{id}", _session),
+        ("/sessions/{id}/turns/{n}", _turn),
+        ("/sessions/{id}/diff/{n}", _diff),
+        ("/sessions/{id}/export", _export),
+    ):
+        app.router.add_get(PREFIX + path, wrap(_guarded(handler)))

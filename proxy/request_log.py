@@ -11,11 +11,11 @@ from typing import Any
 from aiohttp import web
 
 REQUEST_FIELDS = web.RequestKey("handoff_log_fields", dict[str, Any])
-"""Where the request middleware keeps the fields of its canonical event."""
+"""Where the route's wrapper (:mod:`proxy.endpoint`) keeps its canonical event's fields."""
 
 
 def request_fields(request: web.Request) -> dict[str, Any]:
     """This request's canonical-event fields, to add to; a throwaway dict when no
-    request middleware runs (a handler called on its own)."""
+    route wrapper runs (a handler called on its own)."""
     fields = request.get(REQUEST_FIELDS)
     return fields if fields is not None else {}

@@ -10,7 +10,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from proxy.inspect_api import create_inspect_app
+from proxy.endpoint import Endpoints
+from proxy.inspect_api import add_inspect_routes
 from proxy.store.read import SqliteReader
 from tests.test_store_fixtures import conversation, write
 
@@ -19,7 +20,7 @@ Client = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 def _app(path: Path, key: str = "") -> web.Application:
     root = web.Application()
-    root.add_subapp("/handoff/v1", create_inspect_app(SqliteReader(path), key))
+    add_inspect_routes(root, SqliteReader(path), key, Endpoints().wrap)
     return root
 
 
@@ -61,6 +62,9 @@ async def test_errors_are_openai_shaped(seeded: Path, aiohttp_client: Client) ->
     assert resp.status == 400 and (await resp.json())["error"]["param"] == "format"
     resp = await client.get("/handoff/v1/sessions", params={"since": "yesterday"})
     assert resp.status == 400
+    resp = await client.get(f"/handoff/v1/sessions/{sid}/turns/two")
+    error = (await resp.json())["error"]
+    assert resp.status == 400 and error["param"] == "n" and "integer" in error["message"]
 
 
 async def test_non_loopback_needs_the_key(

@@ -3,6 +3,8 @@ so the engine may migrate on it without tokenizing anything."""
 
 from __future__ import annotations
 
+import dataclasses
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -119,3 +121,7 @@ def test_non_text_parts_have_no_raw_bound() -> None:
         assert raw_bound(parse_chat(orjson.dumps(body))) is None
     text_only = {"model": "gpt-4o", "messages": [{"role": "user", "content": "an image"}]}
     assert raw_bound(parse_chat(orjson.dumps(text_only))) is not None
+    # Messages that are mappings but not dicts (as a policy may build) are checked too.
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}
+    req = parse_chat(orjson.dumps({"model": "gpt-4o", "messages": [image]}))
+    assert raw_bound(dataclasses.replace(req, messages=(MappingProxyType(image),))) is None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from proxy.endpoint import holds_key
 from proxy.errors import InvalidRequest
 from proxy.store.base import StoreReader
 from proxy.store.durations import parse_since
@@ -56,11 +56,7 @@ def _guarded(handler: Handler) -> Handler:
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         key = request.app[ACCESS_KEY]
-        given = request.headers.get("x-handoff-key", "")
-        allowed = _is_loopback(request.remote) or bool(
-            key and hmac.compare_digest(given.encode(), key.encode())
-        )
-        if not allowed:
+        if not (_is_loopback(request.remote) or (key and holds_key(request, key.encode()))):
             return _error(
                 403,
                 "the inspection API answers loopback clients or x-handoff-key holders",
@@ -145,7 +141,7 @@ def add_inspect_routes(
     app: web.Application,
     reader: StoreReader,
     access_key: str,
-    wrap: Callable[[Handler], Handler] = lambda h: h,
+    wrap: Callable[[Handler], Handler],
 ) -> None:
     """Serve the read-only inspection API under :data:`PREFIX` from ``app``; ``wrap`` is
     the application's own wrapper for every route (its log event and error answers)."""

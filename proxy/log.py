@@ -59,15 +59,8 @@ def _may_hold_secret(value: str) -> bool:
 def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in event.items():
         if isinstance(value, dict | list | tuple):
-            # A nested value is checked as the JSON it will be written as.
-            if _secret_key(key):
-                event[key] = "[redacted]"
-            else:
-                text = orjson.dumps(value, default=str).decode()
-                if _may_hold_secret(text):
-                    event[key] = _SECRET_VALUES.sub("[redacted]", text)
-            continue
-        if not isinstance(value, str):
+            value = orjson.dumps(value, default=str).decode()  # checked as it is written
+        elif not isinstance(value, str):
             continue
         if _secret_key(key):
             event[key] = "[redacted]"

@@ -74,10 +74,12 @@ def test_full_queue_drops_oldest_and_counts(tmp_path: Path) -> None:
     for i in range(5):  # not started: nothing drains the queue
         store.record(turn([{"role": "user", "content": str(i)}], A1))
     assert store.health().write_failures == 3
+    assert store.backlog() == store.health().queue_depth == 2
     store.open()
     store.shutdown()
     titles = sorted(s["title"] for s in SqliteReader(tmp_path / "h.db").list_sessions())
     assert titles == ["3", "4"]
+    assert store.backlog() == 0
 
 
 def test_record_never_raises_on_unserialisable_turn(tmp_path: Path) -> None:

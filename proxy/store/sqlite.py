@@ -154,6 +154,12 @@ class SqliteStore:
                 ),
             )
 
+    def backlog(self) -> int:
+        """Turns queued or being written: ``health().queue_depth`` without the lock and
+        the report (the writer process asks at every pause, ~5% of its CPU that way)."""
+        s = self._state
+        return len(s.queue) + s.busy
+
     def writer_cpu_s(self) -> float | None:
         """CPU seconds the writer thread has used (for the benchmark; None if unknown)."""
         thread = self._thread

@@ -53,7 +53,7 @@ class _Backlog:
         self.behind_batch = 0
 
     def keeping_up(self) -> bool:
-        queued = self.store.health().queue_depth if self.store is not None else 0
+        queued = self.store.backlog() if self.store is not None else 0
         return self.behind_batch + queued < KEEPING_UP
 
 

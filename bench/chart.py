@@ -1,8 +1,8 @@
 """``chart.svg`` from the result rows, as hand-written SVG (no plotting dependency).
 
-Panels of horizontal bars: ratios to the baseline (target marked per bar), ratios to
-LiteLLM's proxy when it ran, and milliseconds added over the bare forwarder (the 1 ms
-budget marked).
+Panels of horizontal bars: ratios to the baseline (target marked per bar, and the
+ratio's interval over its rounds when it has one), ratios to LiteLLM's proxy when it
+ran, and milliseconds added over the bare forwarder (the 1 ms budget marked).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def _short(what: str, limit: int = 52) -> str:
 
 def _panel(title: str, rows: Sequence[Row], top: int, unit: str) -> tuple[list[str], int]:
     values = [abs(r.figure or 0.0) for r in rows] + [target_value(r.target) or 0 for r in rows]
+    values += [r.interval[1] for r in rows if r.interval is not None]
     scale_max = max([*values, 1e-9]) * 1.15
     span = WIDTH - LABEL - 90
     out = [f'<text x="10" y="{top + 14}" class="title">{escape(title)}</text>']
@@ -47,8 +48,16 @@ def _panel(title: str, rows: Sequence[Row], top: int, unit: str) -> tuple[list[s
             f'<rect x="{zero}" y="{y}" width="{w:.1f}" height="{BAR_H}" '
             f'fill="{COLOURS[r.passed]}"/>'
         )
+        end = zero + w
+        if r.interval is not None:  # the ratio's 95% interval over the rounds
+            lo, hi = (zero + v / scale_max * span for v in r.interval)
+            mid, end = y + BAR_H / 2, max(end, hi)
+            out.append(
+                f'<path d="M{lo:.1f},{mid - 4}V{mid + 4}M{lo:.1f},{mid}H{hi:.1f}'
+                f'M{hi:.1f},{mid - 4}V{mid + 4}" class="spread"/>'
+            )
         text = f"{value:.2f}{unit}" if unit == "×" else f"{value:+.3f} {unit}"
-        out.append(f'<text x="{zero + w + 6:.1f}" y="{y + 13}" class="value">{text}</text>')
+        out.append(f'<text x="{end + 6:.1f}" y="{y + 13}" class="value">{text}</text>')
         goal = target_value(r.target)
         if goal is not None:
             gx = zero + goal / scale_max * span
@@ -77,13 +86,17 @@ def render(rows: Sequence[Row], subtitle: str) -> str:
     if added:
         part, y = _panel("ms added over the bare forwarder (| marks the budget)", added, y, "ms")
         body += part
-    legend = "green: meets target · red: misses · grey: reported only"
+    legend = (
+        "green: meets target · red: misses · grey: reported only · "
+        "|—| a ratio's 95% interval over its rounds"
+    )
     body.append(f'<text x="10" y="{y + 4}" class="sub">{legend}</text>')
     height = y + 16
     style = (
         "text{font-family:sans-serif;fill:#222}.title{font-size:14px;font-weight:bold}"
         ".sub{font-size:11px;fill:#555}.label{font-size:12px;text-anchor:end}"
         ".value{font-size:12px}.goal{stroke:#000;stroke-width:2}"
+        ".spread{stroke:#000;stroke-width:1;fill:none}"
     )
     return "\n".join(
         [

@@ -4,6 +4,7 @@ turns the medians into a :class:`Row` that compares handoff with its baseline.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -71,6 +72,8 @@ class Row:
     target: str
     passed: bool | None
     note: str = ""
+    interval: tuple[float, float] | None = None
+    """A ratio's 95% bootstrap interval over the rounds (:func:`ratio_interval`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,6 +93,39 @@ class Bench:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
+
+
+def ratio_interval(
+    top: Sequence[float],
+    bottom: Sequence[float],
+    *,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """The ``level`` bootstrap interval of ``median(top) / median(bottom)``, rounds
+    resampled in their interleaved pairs (round i of each side ran back to back, so a
+    slow spell of the machine stays in one pair). None for fewer than five pairs.
+
+    Rounds of one run differ by ±20% on this shared machine: the interval says whether
+    a ratio near its target is a result or the run's noise. Seeded, so a rerun of the
+    report on the same figures gives the same interval.
+    """
+    n = min(len(top), len(bottom))
+    if n < 5:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        b = statistics.median(bottom[i] for i in picks)
+        if b:
+            ratios.append(statistics.median(top[i] for i in picks) / b)
+    if not ratios:
+        return None
+    ratios.sort()
+    cut = (1 - level) / 2
+    return ratios[int(cut * (len(ratios) - 1))], ratios[int((1 - cut) * (len(ratios) - 1))]
 
 
 def interleave(
@@ -135,7 +171,8 @@ def cpu_per_request(b: Bench, fwd: Server | Replicas, handoff: Server | Replicas
     ratio = h / f if f else None
     return Row(f"passthrough CPU per request, {body.upper()}B body", "bare forwarder",
                h, f, "ms CPU", ratio, "ratio", "≤ 1.5×",
-               ratio is not None and ratio <= 1.5, _sides_note(b.plan.rounds, fwd, handoff))  # fmt: skip
+               ratio is not None and ratio <= 1.5, _sides_note(b.plan.rounds, fwd, handoff),
+               ratio_interval(per[handoff.name], per[fwd.name]))  # fmt: skip
 
 
 def latency(b: Bench, direct: Server, fwd: Server, handoff: Server) -> list[Row]:
@@ -191,7 +228,8 @@ def throughput(
     note = _sides_note(rounds, base, handoff)
     return Row(f"throughput at concurrency {concurrency}" + ("" if what == "fwd" else f", {what}"),
                compared, h, f, "req/s", ratio, "ratio", f"≥ {target}×",
-               ratio is not None and ratio >= target, note)  # fmt: skip
+               ratio is not None and ratio >= target, note,
+               ratio_interval(per[handoff.name], per[base.name]))  # fmt: skip
 
 
 def _sides_note(rounds: int, *sides: Server | Replicas) -> str:

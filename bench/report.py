@@ -70,7 +70,10 @@ def figure(row: Row) -> str:
     if row.figure is None:
         return "—"
     if row.kind == "ratio":
-        return f"{row.figure:.2f}×"
+        if row.interval is None:
+            return f"{row.figure:.2f}×"
+        low, high = row.interval
+        return f"{row.figure:.2f}× ({low:.2f}–{high:.2f})"
     if row.kind == "added_ms":
         return f"{row.figure:+.3f} ms"
     return _num(row.figure)
@@ -102,7 +105,9 @@ def markdown(rows: Sequence[Row], info: dict[str, Any], notes: Sequence[str], cm
         "",
         "Every figure compares handoff with its baseline measured side by side in one run, "
         "interleaved, as the median over rounds. The machine is shared, so absolute times "
-        "are context only; the ratios are the result.",
+        "are context only; the ratios are the result. In brackets, a ratio's 95% bootstrap "
+        "interval over its rounds: a target inside it is within the run's noise, a pass "
+        "or a miss that the next run may not repeat.",
         "",
         table(rows),
         "",

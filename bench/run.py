@@ -23,7 +23,7 @@ from typing import Any
 
 from bench import chart, conversation, litellm_peer, measure, report
 from bench.clients import LoadGen, Wrk
-from bench.measure import Bench, Plan, Row, interleave, median
+from bench.measure import Bench, Plan, Row, interleave, median, ratio_interval
 from bench.procs import (
     Cores,
     Fleet,
@@ -254,7 +254,8 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replic
                 f"{sent[stored.name]:,} turns recorded ({warm_sent} in the warm-up replays)"
                 f"{writer}; {stored.described}")  # fmt: skip
         return Row(what, "snapshots off (--no-store)", h, f, "turns/s", ratio, "ratio",
-                   "≥ 0.9×", ratio is not None and ratio >= 0.9, note)  # fmt: skip
+                   "≥ 0.9×", ratio is not None and ratio >= 0.9, note,
+                   ratio_interval(per[stored.name], per[handoffs.name]))  # fmt: skip
     finally:
         for server in stored.servers:
             fleet.stop(server)

@@ -9,6 +9,7 @@ interleaved, prints the table and writes ``results.json``, ``results.md`` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -115,7 +116,9 @@ def not_available(what: str, why: str) -> Row:
     return Row(what, "—", None, None, "", None, "info", "≥ 0.9×", None, f"not available: {why}")
 
 
-def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[Row]:
+def measure_all(
+    b: Bench, fleet: Fleet, cores: Cores, notes: list[str], snapshots_only: bool = False
+) -> list[Row]:
     say = _say
     upstream = fleet.start("direct", [sys.executable, "-m", "bench.upstream",
                                       "--port", str(port := free_port()),
@@ -136,6 +139,8 @@ def measure_all(b: Bench, fleet: Fleet, cores: Cores, notes: list[str]) -> list[
     fwd, handoff = fwds.servers[0], handoffs.servers[0]  # (for the rows on one process)
     say("warming up")
     measure.warm(b, [upstream, *fwds.servers, *handoffs.servers])
+    if snapshots_only:
+        return _store(b, fleet, upstream, handoffs, cores)
     rows: list[Row] = []
     for body in ("1k", "32k"):
         say(f"CPU per request, {body} body")
@@ -332,6 +337,13 @@ def write_results(out: Path, rows: list[Row], b: Bench, info: dict[str, Any],
     return md
 
 
+def scaled(plan: Plan, k: int) -> Plan:
+    """``plan`` with ``k`` times the rounds of the throughput and conversation rows."""
+    return dataclasses.replace(
+        plan, tput_rounds=plan.tput_rounds * k, conversation_rounds=plan.conversation_rounds * k
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="benchmark handoff against a bare forwarder")
     parser.add_argument("--quick", action="store_true", help="tiny counts (smoke test)")
@@ -342,8 +354,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="LiteLLM's `litellm` command, installed in an environment of its own "
         "(it is never a dependency): adds the throughput rows against LiteLLM",
     )
+    parser.add_argument(
+        "--snapshots-only",
+        action="store_true",
+        help="only the snapshots on/off rows (with --rounds-scale, to narrow their intervals)",
+    )
+    parser.add_argument(
+        "--rounds-scale",
+        type=int,
+        default=1,
+        metavar="K",
+        help="K times the rounds of the throughput and conversation rows: an interval "
+        "narrows as 1/sqrt(rounds)",
+    )
     args = parser.parse_args(argv)
-    plan = measure.QUICK if args.quick else measure.FULL
+    if args.rounds_scale < 1:
+        parser.error("--rounds-scale must be 1 or more")
+    plan = scaled(measure.QUICK if args.quick else measure.FULL, args.rounds_scale)
     cores = Cores.detect()
     info = report.machine(cores.pinned, plan.use_wrk and shutil.which("wrk") is not None)
     os.sched_setaffinity(0, cores.client)
@@ -354,8 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         wrk = Wrk.find(cores.client, workdir) if plan.use_wrk else None
         with Fleet(workdir) as fleet, LoadGen(cores.client) as lg:
             b = Bench(plan, lg, wrk, write_bodies(workdir, plan), {}, args.litellm)
-            rows = measure_all(b, fleet, cores, notes)
+            rows = measure_all(b, fleet, cores, notes, args.snapshots_only)
     flags = ["--quick"] * args.quick + ["--litellm PATH/TO/bin/litellm"] * bool(args.litellm)
+    flags += ["--snapshots-only"] * args.snapshots_only
+    flags += [f"--rounds-scale {args.rounds_scale}"] * (args.rounds_scale > 1)
     cmd = "make bench" + (f' ARGS="{" ".join(flags)}"' if flags else "")
     md = write_results(args.out, rows, b, info, notes, cmd, time.monotonic() - t0)
     print(md)

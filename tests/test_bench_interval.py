@@ -1,4 +1,5 @@
-"""The benchmark's ratio intervals: a bootstrap over interleaved rounds, shown with the ratio."""
+"""The benchmark's ratio intervals: a bootstrap over interleaved rounds, shown with the ratio,
+and narrowed by more rounds."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import re
 import xml.etree.ElementTree as ET
 
 from bench import chart
-from bench.measure import Row, ratio_interval
+from bench.measure import FULL, Row, ratio_interval
 from bench.report import figure
+from bench.run import scaled
 
 
 def _rounds(n: int, level: float, noise: float, seed: int) -> list[float]:
@@ -67,3 +69,10 @@ def test_the_chart_draws_the_interval_around_the_bar_end() -> None:
     assert min(xs) < bar_end < max(xs)  # the ratio lies inside its interval
     (value,) = [t for t in tree.iter(f"{ns}text") if t.get("class") == "value"]
     assert float(value.get("x", 0)) > max(xs)  # its label clears the whisker
+
+
+def test_rounds_scale_multiplies_only_the_rounds_of_the_noisy_rows() -> None:
+    five = scaled(FULL, 5)
+    assert (five.tput_rounds, five.conversation_rounds) == (60, 105)
+    assert five.rounds == FULL.rounds and five.step_seconds == FULL.step_seconds
+    assert scaled(FULL, 1) == FULL

@@ -146,7 +146,7 @@ class SqliteStore:
             return StoreHealth(
                 ok=s.healthy and (self._thread is not None and self._thread.is_alive()),
                 path=str(self.path),
-                queue_depth=len(s.queue) + s.busy,
+                queue_depth=self.backlog(),
                 write_failures=s.failures,
                 last_error=s.last_error,
                 oldest_unwritten_s=age_s(

@@ -33,6 +33,7 @@ from proxy.store.base import Store
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
+from proxy.store_gate import StoreGate
 from proxy.upstreams import Router, build_upstreams
 from proxy.windows.discovery import fetch_model_windows
 
@@ -44,7 +45,7 @@ log = structlog.get_logger("handoff")
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
     svc = request.app[SERVICES]
-    body = await asyncio.to_thread(svc.metrics.render, svc.store)
+    body = await asyncio.to_thread(svc.metrics.render, svc.store, svc.gate)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -53,7 +54,7 @@ async def healthz(request: web.Request) -> web.Response:
     body: dict[str, object] = {"status": "ok", "upstreams": [u.name for u in svc.router.upstreams]}
     if svc.store is not None:
         h = svc.store.health()
-        body["store"] = {
+        store: dict[str, object] = {
             "ok": h.ok,
             "path": h.path,
             "queue_depth": h.queue_depth,
@@ -64,6 +65,13 @@ async def healthz(request: web.Request) -> web.Response:
             if h.oldest_unwritten_s is None
             else round(h.oldest_unwritten_s, 3),
         }
+        if svc.gate is not None:  # requests held for a writer behind (store_gate)
+            store.update(
+                held_requests=svc.gate.held,
+                held_s=round(svc.gate.held_s, 3),
+                writer_stalls=svc.gate.stalls,
+            )
+        body["store"] = store
         if not h.ok:
             body["status"] = "degraded"
     return web.json_response(body)
@@ -92,6 +100,7 @@ def create_app(
         router=router,
         planner=planner or engine,
         store=store,
+        gate=_gate(settings, store),
         timeout=timeout,
         metrics=metrics,
         bodies=history_cache(settings),
@@ -115,6 +124,11 @@ def create_app(
         add_inspect_routes(app, reader, settings.server.access_key, wrap)
     app.router.add_route("*", CATCH_ALL, wrap(unmatched))  # last: only what nothing else serves
     return app
+
+
+def _gate(settings: Settings, store: Store | None) -> StoreGate | None:
+    s = settings.store
+    return StoreGate(store, s.max_lag_s, s.max_hold_s) if store and s.max_lag_s > 0 else None
 
 
 async def _freeze_startup_objects(app: web.Application) -> AsyncIterator[None]:
@@ -157,6 +171,9 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
     if load is not None:
         engine.calibration.load(await asyncio.to_thread(load))
     yield
+    gate = app[SERVICES].gate
+    if gate is not None:
+        await gate.close()
     save = getattr(store, "save_calibration", None)
     if save is not None:
         save(engine.calibration.snapshot())

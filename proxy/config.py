@@ -142,6 +142,14 @@ class StoreSettings(_Section):
     """Where the SQLite writer runs: a child process (off the proxy's GIL: snapshots then
     cost the event loop almost nothing), a thread, or auto: a process when this process
     may use more than one CPU."""
+    max_lag_s: float = Field(0.5, ge=0, lt=1.0)
+    """Hold new chat requests while the oldest turn not yet on disk is older than this,
+    so a completed turn is on disk within a second even when clients saturate the
+    proxy (``store_gate``). 0: never hold; a writer outpaced by the clients then
+    falls behind until the load eases."""
+    max_hold_s: float = Field(2.0, gt=0)
+    """The longest a request waits for the writer; past it the writer is taken for
+    stalled and requests go on (recorded late, or counted as failed)."""
 
 
 class Settings(BaseSettings):

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from proxy.store.base import Decision, Store
+from proxy.store_gate import StoreGate
 
 MAX_LABEL_SETS = 10_000
 OTHER_MODEL = "(other)"
@@ -102,6 +103,16 @@ class Metrics:
             "Age of the oldest turn not yet on disk (0 when none waits)",
             registry=r,
         )
+        self.store_held = Gauge(
+            "handoff_store_held_requests",
+            "Chat requests held back while the store's writer was behind, since start",
+            registry=r,
+        )
+        self.store_held_seconds = Gauge(
+            "handoff_store_held_seconds",
+            "Seconds chat requests waited for the store's writer, in all, since start",
+            registry=r,
+        )
 
     def observe_chat(
         self,
@@ -126,7 +137,10 @@ class Metrics:
                 if step.get("policy") == "summarize" and "reused cached summary" in note:
                     self.summary_cache_hits.inc()
 
-    def render(self, store: Store | None) -> bytes:
+    def render(self, store: Store | None, gate: StoreGate | None = None) -> bytes:
+        if gate is not None:
+            self.store_held.set(gate.held)
+            self.store_held_seconds.set(gate.held_s)
         if store is not None:
             h = store.health()
             self.store_write_failures.set(h.write_failures)

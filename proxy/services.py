@@ -14,6 +14,7 @@ from proxy.config import Settings
 from proxy.metrics import Metrics
 from proxy.resent import WORTH_REUSING, ResentBodies
 from proxy.store.base import Decision, Store
+from proxy.store_gate import StoreGate
 from proxy.tokens import ModelCounter
 from proxy.upstreams import Router, Upstream
 
@@ -63,6 +64,7 @@ class Services:
     router: Router
     planner: Planner
     store: Store | None
+    gate: StoreGate | None  # holds requests while the store's writer is behind
     timeout: aiohttp.ClientTimeout
     metrics: Metrics
     bodies: ResentBodies

@@ -1,10 +1,10 @@
 """The snapshot store's interface: what the proxy records, and what readers ask.
 
 The proxy only ever calls :meth:`Store.record` (non-blocking; batched and written
-off the event loop by the implementation) and :meth:`Store.health`. The CLI, the
-``/handoff/v1`` inspection API and tomorrow's web inspector and MCP server read
-through the query methods. SQLite is the embedded default; a shared PostgreSQL
-store for teams implements the same protocol.
+off the event loop by the implementation), :meth:`Store.health` and
+:meth:`Store.lag_s`. The CLI, the ``/handoff/v1`` inspection API and tomorrow's
+web inspector and MCP server read through the query methods. SQLite is the
+embedded default; a shared PostgreSQL store for teams implements the same protocol.
 """
 
 from __future__ import annotations
@@ -128,6 +128,10 @@ class Store(Protocol):
         """Queue a turn for writing. Never blocks and never raises."""
 
     def health(self) -> StoreHealth: ...
+
+    def lag_s(self) -> float:
+        """Seconds the oldest turn not yet on disk has waited, 0.0 when none waits.
+        Lock-free and cheap: asked before every chat request (``store_gate``)."""
 
     async def start(self) -> None: ...
 

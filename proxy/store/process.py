@@ -162,6 +162,12 @@ class ProcessStore:
                 oldest_unwritten_s=age_s(self._oldest_unwritten(child)),
             )
 
+    def lag_s(self) -> float:
+        try:
+            return age_s(self._oldest_unwritten(self._child)) or 0.0
+        except IndexError:  # (no lock: a deque emptied between its test and its read)
+            return 0.0
+
     def _oldest_unwritten(self, child: _Child | None) -> float | None:
         """When the oldest turn not yet committed was queued: in the child (shipped, and
         not yet received or written, as it last reported), being shipped, or queued."""

@@ -149,10 +149,15 @@ class SqliteStore:
                 queue_depth=self.backlog(),
                 write_failures=s.failures,
                 last_error=s.last_error,
-                oldest_unwritten_s=age_s(
-                    s.busy_since if s.busy else s.queued_since if s.queue else None
-                ),
+                oldest_unwritten_s=age_s(self._oldest_unwritten()),
             )
+
+    def lag_s(self) -> float:
+        return age_s(self._oldest_unwritten()) or 0.0
+
+    def _oldest_unwritten(self) -> float | None:
+        s = self._state
+        return s.busy_since if s.busy else s.queued_since if s.queue else None
 
     def backlog(self) -> int:
         """Turns queued or being written: ``health().queue_depth`` without the lock and

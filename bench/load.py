@@ -5,13 +5,16 @@ subprocesses, then runs ``clients`` concurrent keep-alive clients, half of them
 streaming, for ``seconds``. Each client finishes the request it has in flight, then
 handoff gets SIGTERM and must exit cleanly; the store is then counted. Prints one JSON
 line: requests completed, proxy-made errors (the canned upstream never answers 5xx, so
-every 5xx is handoff's), turns recorded, peak RSS and CPU of the handoff process.
+every 5xx is handoff's), turns recorded, peak RSS and CPU of the handoff process, and
+the store's lag (the oldest unwritten turn's age, sampled from /healthz), which must
+stay within a second: the requests the proxy held back for its writer say what that took.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -42,6 +45,7 @@ from bench.run import start_handoff
 
 REQUEST_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 300.0  # SIGTERM to exit, store drain included; then it is killed
+LAG_EVERY_S = 0.1
 
 
 @dataclass
@@ -52,6 +56,7 @@ class Tally:
     statuses: Counter[int] = field(default_factory=Counter)
     transport_errors: int = 0  # refused, reset or timed-out connections
     events: int = 0  # SSE events received by streaming clients
+    lags: list[float] = field(default_factory=list)  # sampled store lag (watch_lag)
 
     @property
     def proxy_errors(self) -> int:
@@ -100,12 +105,26 @@ async def _client(port: int, payload: bytes, deadline: float, tally: Tally) -> N
 
 
 async def drive(port: int, clients: int, seconds: float) -> Tally:
-    """``clients`` concurrent clients (every second one streaming) for ``seconds``."""
+    """``clients`` concurrent clients (every second one streaming) for ``seconds``, while
+    the store's lag is sampled (``Tally.lags``)."""
     tally = Tally()
     deadline = time.monotonic() + seconds
     payloads = [chat_payload(port, i, stream=i % 2 == 1) for i in range(clients)]
-    await asyncio.gather(*(_client(port, p, deadline, tally) for p in payloads))
+    await asyncio.gather(
+        watch_lag(port, deadline, tally.lags),
+        *(_client(port, p, deadline, tally) for p in payloads),
+    )
     return tally
+
+
+async def watch_lag(port: int, deadline: float, lags: list[float]) -> None:
+    """The age of the oldest turn not yet on disk, as /healthz says, every ``LAG_EVERY_S``
+    (or as fast as the loaded proxy answers) until the deadline."""
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            health = await asyncio.to_thread(store_health, port)
+            lags.append(health.get("oldest_unwritten_s") or 0.0)
+        await asyncio.sleep(LAG_EVERY_S)
 
 
 def count_turns(db: Path) -> int:
@@ -134,7 +153,12 @@ def stop_gracefully(server: Server, timeout: float = DRAIN_TIMEOUT_S) -> int | N
 
 
 def run_load(
-    seconds: float, clients: int, workdir: Path, cores: Cores, writer: str = "process"
+    seconds: float,
+    clients: int,
+    workdir: Path,
+    cores: Cores,
+    writer: str = "process",
+    max_lag_s: float | None = None,
 ) -> dict[str, Any]:
     """Start the servers, drive them, stop handoff, count its store; the figures.
 
@@ -148,8 +172,10 @@ def run_load(
             up_port,
             cores.client,
         )
-        handoff = start_handoff(fleet, "handoff", upstream, cores.server, db,
-                                {"HANDOFF_STORE__WRITER": writer})  # fmt: skip
+        env = {"HANDOFF_STORE__WRITER": writer}
+        if max_lag_s is not None:
+            env["HANDOFF_STORE__MAX_LAG_S"] = str(max_lag_s)
+        handoff = start_handoff(fleet, "handoff", upstream, cores.server, db, env)
         writer_pid = store_writer_pid(handoff.pid) if writer == "process" else None
         if writer_pid is not None:
             pin_threads(writer_pid, cores.client)
@@ -181,6 +207,12 @@ def run_load(
         "store_queue_at_end_of_load": health.get("queue_depth"),
         "store_behind_s_at_end_of_load": health.get("oldest_unwritten_s"),
         "store_write_failures": health.get("write_failures"),
+        "store_lag_samples": len(tally.lags),
+        "store_lag_max_s": max(tally.lags, default=None),
+        "store_lag_over_1s": sum(lag > 1.0 for lag in tally.lags),
+        "held_requests": health.get("held_requests"),
+        "held_s": health.get("held_s"),
+        "writer_stalls": health.get("writer_stalls"),
         "shutdown_s": round(drain, 2),
         "all_recorded": recorded == sum(tally.statuses.values()),
         "exit_code": exit_code,
@@ -199,14 +231,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--writer", choices=["process", "thread"], default="process",
                         help="the store writer (process: auto's choice with a free core)")  # fmt: skip
+    parser.add_argument("--max-lag-s", type=float,
+                        help="store.max_lag_s for handoff (0: never hold requests back)")  # fmt: skip
     args = parser.parse_args(argv)
     cores = Cores.detect()
     os.sched_setaffinity(0, cores.client)  # with the upstream; handoff gets its own core
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the Fleet stops its servers
     with tempfile.TemporaryDirectory(prefix="handoff-load-") as tmp:
-        figures = run_load(args.seconds, args.clients, Path(tmp), cores, args.writer)
+        figures = run_load(
+            args.seconds, args.clients, Path(tmp), cores, args.writer, args.max_lag_s
+        )
     print(json.dumps(figures), flush=True)
-    ok = figures["proxy_errors"] == 0 and figures["all_recorded"] and figures["exit_code"] == 0
+    ok = (
+        figures["proxy_errors"] == 0
+        and figures["all_recorded"]
+        and figures["exit_code"] == 0
+        and figures["store_lag_over_1s"] == 0
+    )
     return 0 if ok else 1
 
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from proxy.process_tuning import MMAP_BYTES, TOP_PAD_BYTES, TRIM_BYTES
 
@@ -276,3 +279,10 @@ def pin_threads(pid: int, cpus: frozenset[int]) -> None:
     """Move every thread of ``pid`` (a thread inherits its pinning only when created)."""
     for task in Path(f"/proc/{pid}/task").iterdir():
         os.sched_setaffinity(int(task.name), cpus)
+
+
+def store_health(port: int) -> dict[str, Any]:
+    """The store section of handoff's /healthz ({} when it has no store)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
+        store: dict[str, Any] = json.loads(resp.read()).get("store") or {}
+        return store

@@ -64,6 +64,7 @@ async def healthz(request: web.Request) -> web.Response:
             "oldest_unwritten_s": None
             if h.oldest_unwritten_s is None
             else round(h.oldest_unwritten_s, 3),
+            "slowest_write_s": round(h.slowest_write_s, 3),
         }
         if svc.gate is not None:  # requests held for a writer behind (store_gate)
             store.update(

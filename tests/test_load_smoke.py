@@ -32,4 +32,6 @@ def test_twenty_clients_half_streaming_all_recorded() -> None:
     assert figures["recorded"] == figures["completed"], figures
     assert figures["exit_code"] == 0, proc.stderr[-2000:]
     assert figures["peak_rss_mib"] > 0 and figures["cpu_s"] > 0
+    assert figures["store_lag_samples"] > 0 and figures["store_lag_over_1s"] == 0, figures
+    assert 0 < figures["store_slowest_write_s"] <= 1.0, figures  # every turn on disk in time
     assert proc.returncode == 0

@@ -99,6 +99,9 @@ async def test_request_waits_until_the_writer_catches_up(
     async with aiohttp.ClientSession() as s, s.get(proxy.root + "/metrics") as r:
         assert "handoff_store_held_requests 1.0" in await r.text()
     await _until(lambda: _turns(db) == 3)
+    async with asyncio.timeout(5):  # (the writer reports what it wrote every 50 ms)
+        while (await _health(proxy))["slowest_write_s"] < 0.4:  # turn 2 waited out the stop
+            await asyncio.sleep(0.02)
 
 
 async def test_a_stalled_writer_holds_requests_once_then_lets_them_go(

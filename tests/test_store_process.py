@@ -127,6 +127,7 @@ def test_health_tells_the_age_of_the_oldest_unwritten_turn(tmp_path: Path) -> No
     finally:
         os.kill(pid, signal.SIGCONT)
     assert _wait(lambda: store.health().oldest_unwritten_s is None)
+    assert store.health().slowest_write_s >= 0.4  # how long they waited, kept
     store.shutdown()
     assert [s["turns"] for s in SqliteReader(tmp_path / "h.db").list_sessions()] == [3]
 

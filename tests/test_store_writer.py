@@ -53,6 +53,7 @@ def test_locked_store_recovers_and_writes_everything(tmp_path: Path) -> None:
     store.record(turn([{"role": "user", "content": "first"}], A1))
     assert _wait(lambda: store.health().queue_depth == 0)
     assert store.health().oldest_unwritten_s is None
+    first = store.health().slowest_write_s
     locker = sqlite3.connect(path, isolation_level=None)
     locker.execute("BEGIN IMMEDIATE")
     for t in conversation(4):
@@ -64,6 +65,7 @@ def test_locked_store_recovers_and_writes_everything(tmp_path: Path) -> None:
     locker.close()
     assert _wait(lambda: store.health().ok and store.health().queue_depth == 0)
     assert store.health().oldest_unwritten_s is None
+    assert first < 0.3 <= store.health().slowest_write_s  # the held turns' wait, kept
     store.shutdown()
     assert sorted(s["turns"] for s in SqliteReader(path).list_sessions()) == [1, 4]
 

@@ -116,6 +116,7 @@ class StoreHealth:
     last_error: str | None = None
     writer: str = "thread"  # or "process <pid>": where the SQLite writes run
     oldest_unwritten_s: float | None = None  # age of the oldest turn not yet committed
+    slowest_write_s: float = 0.0  # the longest a turn took from record() to disk, since start
 
 
 def age_s(since: float | None) -> float | None:

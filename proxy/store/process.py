@@ -88,6 +88,7 @@ class ProcessStore:
         self._busy_since = 0.0
         self._queued_bytes = 0
         self._dropped = 0  # turns lost here or in a child that died
+        self._slowest = 0.0  # the longest from record() to written, as reported: seconds
         self._last_error: str | None = None
         self._broken = False  # the last hand-over failed (the child's own state is its report)
         self._closing = False
@@ -160,6 +161,7 @@ class ProcessStore:
                 or report.get("last_error"),
                 writer=f"process {child.proc.pid}" if child else "process",
                 oldest_unwritten_s=age_s(self._oldest_unwritten(child)),
+                slowest_write_s=self._slowest,
             )
 
     def lag_s(self) -> float:
@@ -269,8 +271,10 @@ class ProcessStore:
             with self._cond:
                 child.report = report
                 written = report.get("received", 0) - report.get("queue_depth", 0)
+                now = time.monotonic()
                 while child.in_flight and child.in_flight[0][0] <= written:
-                    child.in_flight.popleft()  # (here, not in health: nothing may ask)
+                    _, since = child.in_flight.popleft()  # (here, not in health: nothing may ask)
+                    self._slowest = max(self._slowest, now - since)  # (as late as reported)
                 self._cond.notify_all()
 
     def _take(self) -> list[Job] | None:

@@ -69,6 +69,7 @@ class _State:
     busy: int = 0  # jobs taken off the queue but not yet committed
     queued_since: float = 0.0  # when the oldest job in the queue was queued (monotonic)
     busy_since: float = 0.0  # when the oldest job taken was
+    slowest: float = 0.0  # the longest from queued to committed, in seconds
     written: int = 0
     since_cap_check: int = field(default=0)
 
@@ -150,6 +151,7 @@ class SqliteStore:
                 write_failures=s.failures,
                 last_error=s.last_error,
                 oldest_unwritten_s=age_s(self._oldest_unwritten()),
+                slowest_write_s=s.slowest,
             )
 
     def lag_s(self) -> float:
@@ -309,6 +311,9 @@ class SqliteStore:
             log.info("store_recovered", path=str(self.path))
             self._logged_error = None
         with self._cond:
+            if batch:
+                slowest = max(self._state.slowest, self._last_commit - self._state.busy_since)
+                self._state.slowest = slowest
             self._state.busy = 0
             self._state.healthy = True
             self._state.written += len(batch)

@@ -17,7 +17,6 @@ import sqlite3
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from bench.procs import (
     layout_env,
     pin_threads,
     settle,
+    store_health,
     store_writer_pid,
 )
 
@@ -107,9 +107,20 @@ def start_forwarder(
 
 def store_wired(server: Server) -> bool:
     """True when handoff's /healthz reports a store, i.e. ``serve`` opened one."""
-    url = f"http://127.0.0.1:{server.port}/healthz"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return "store" in json.loads(resp.read())
+    return bool(store_health(server.port))
+
+
+def held_note(stored: Replicas) -> str:
+    """What the stored side's /healthz says of its writers' pace: the requests held back
+    for them (``store.max_lag_s``) and the slowest write."""
+    held, held_s, slowest = 0, 0.0, 0.0
+    for server in stored.servers:
+        h = store_health(server.port)
+        held += h.get("held_requests", 0)
+        held_s += h.get("held_s", 0.0)
+        slowest = max(slowest, h.get("slowest_write_s", 0.0))
+    return (f"{held:,} requests held back for the writer ({held_s:.1f} s in all), "
+            f"the slowest write {slowest:.2f} s after its reply")  # fmt: skip
 
 
 def not_available(what: str, why: str) -> Row:
@@ -257,7 +268,7 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replic
         note = (f"{sizes['turns']} turns, {sizes['messages']:,} messages, final history "
                 f"{sizes['final_history_bytes'] / 1024:,.0f} KB; {recorded:,} of "
                 f"{sent[stored.name]:,} turns recorded ({warm_sent} in the warm-up replays)"
-                f"{writer}; {stored.described}")  # fmt: skip
+                f"{writer}; {held_note(stored)}; {stored.described}")  # fmt: skip
         return Row(what, "snapshots off (--no-store)", h, f, "turns/s", ratio, "ratio",
                    "≥ 0.9×", ratio is not None and ratio >= 0.9, note,
                    ratio_interval(per[stored.name], per[handoffs.name]))  # fmt: skip
@@ -290,7 +301,8 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
             turns = sum(map(_turns_stored, dbs)) - turns0
             per_turn = _writer_ms_per_turn(writers, cpu0, turns)
             row.note = (f"{where}: the writer processes (pinned with the load generator) used "
-                        f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns); {stored.described}")  # fmt: skip
+                        f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns); "
+                        f"{held_note(stored)}; {stored.described}")  # fmt: skip
         return row
     finally:
         for server in stored.servers:

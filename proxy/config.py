@@ -142,7 +142,7 @@ class StoreSettings(_Section):
     """Where the SQLite writer runs: a child process (off the proxy's GIL: snapshots then
     cost the event loop almost nothing), a thread, or auto: a process when this process
     may use more than one CPU."""
-    max_lag_s: float = Field(0.5, ge=0, lt=1.0)
+    max_lag_s: float = Field(0.4, ge=0, lt=1.0)
     """Hold new chat requests while the oldest turn not yet on disk is older than this,
     so a completed turn is on disk within a second even when clients saturate the
     proxy (``store_gate``). 0: never hold; a writer outpaced by the clients then

@@ -169,6 +169,7 @@ def test_quick_run_writes_well_formed_results(tmp_path: Path) -> None:
     replay = next(r for r in data["rows"] if "500-turn conversation" in r["what"])
     recorded = re.search(r"([\d,]+) of ([\d,]+) turns recorded", replay["note"])
     assert recorded and recorded.group(1) == recorded.group(2) != "0", replay["note"]
+    assert re.search(r"[\d,]+ requests held back for the writer", replay["note"]), replay["note"]
     measured = [r for r in data["rows"] if r["kind"] == "ratio"]
     assert measured and all(r["figure"] > 0 for r in measured)
     md = (tmp_path / "results.md").read_text()

@@ -91,8 +91,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "to serve unrecorded. See /healthz for the store's error."
         )
     started, t0 = time.time(), time.perf_counter()
-    if svc.gate is not None and (held_s := await svc.gate.admit()):
-        fields["held_s"] = round(held_s, 3)  # waited for the store's writer (store_gate)
+    if svc.gate is not None and svc.gate.must_wait():
+        fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
     plan = await svc.planner.plan(req, up, client_headers=request.headers)
     turn = _Turn()
     try:

@@ -41,13 +41,16 @@ class StoreGate:
         self._caught_up: asyncio.Future[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
 
-    async def admit(self) -> float:
-        """Return once the writer is close enough behind; the seconds waited."""
+    def must_wait(self) -> bool:
+        """Whether a request must wait for the writer now: one clock read while it keeps up
+        (a plain call, not a coroutine: this runs before every chat request)."""
         if self.store.lag_s() <= self.max_lag_s:
             self._stalled = False
-            return 0.0
-        if self._stalled or not self.store.health().ok:
-            return 0.0
+            return False
+        return not self._stalled and self.store.health().ok
+
+    async def wait(self) -> float:
+        """Wait until the writer has caught up, or ``max_hold_s``; the seconds waited."""
         if self._caught_up is None:
             self._caught_up = asyncio.get_running_loop().create_future()
             self._watcher = asyncio.create_task(self._watch(self._caught_up), name="store-gate")

@@ -75,7 +75,10 @@ async def _gated_proxy(
 
 
 async def test_request_waits_until_the_writer_catches_up(
-    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream: FakeUpstream,
+    make_proxy: MakeProxy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """While the oldest unwritten turn is older than max_lag_s, a new request does not go
     upstream; once the writer has written it, the request goes, and is counted as held."""
@@ -95,6 +98,8 @@ async def test_request_waits_until_the_writer_catches_up(
     await client.close()
     health = await _health(proxy)
     assert health["held_requests"] == 1 and health["held_s"] >= 0.3
+    err = capsys.readouterr().err
+    assert "store_writer_behind" in err and "held_s=" in err  # (the request's own log event)
     assert health["writer_stalls"] == 0
     async with aiohttp.ClientSession() as s, s.get(proxy.root + "/metrics") as r:
         assert "handoff_store_held_requests 1.0" in await r.text()

@@ -293,7 +293,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
         cpu0, turns0 = sum(map(cpu_seconds, writers)), sum(map(_turns_stored, dbs))
         row = measure.throughput(b, handoffs, stored, 16, f"snapshots on, {writer}", target or 0)
         row.what, row.compared_with = what, "snapshots off (--no-store)"
-        row.note = f"{where}; {stored.described}"
+        row.note = f"{where}; {held_note(stored)}; {stored.described}"
         if target is None:
             row.target, row.passed = "reported", None
         if writers:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from proxy.services import SERVICES
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
+from proxy.store.sqlite import SqliteStore
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.fake_upstream import FakeUpstream
 
@@ -147,6 +149,35 @@ async def test_a_failing_store_is_not_waited_for(
     health = await _health(proxy)
     assert health["ok"] is False and health["oldest_unwritten_s"] > 0.01
     assert health["held_requests"] == 0
+
+
+async def test_a_locked_database_holds_requests_only_until_the_store_says_so(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """While SQLite waits out another connection's lock (busy_timeout) the store looks
+    healthy and falls behind, so requests wait; once it reports the failure they go on
+    (not at max_hold_s), and none waits while it stays failed. After the lock, all is
+    written."""
+    db = tmp_path / "h.db"
+    store = SqliteStore(db, flush_interval_s=0.05, busy_timeout_ms=1500)
+    settings = {"max_lag_s": 0.2, "max_hold_s": 60}
+    proxy = await make_proxy(fake_upstream.url, store_obj=store, store=settings)
+    locker = sqlite3.connect(db, isolation_level=None, timeout=5)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        async with openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-x", max_retries=0) as c:
+            for _ in range(4):
+                await asyncio.wait_for(
+                    c.chat.completions.create(model="gpt-4o", messages=MESSAGES), 10
+                )
+                await asyncio.sleep(0.3)
+        health = await _health(proxy)
+        assert health["ok"] is False and "locked" in health["last_error"]
+        assert 1 <= health["held_requests"] < 4 and health["writer_stalls"] == 0
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    await _until(lambda: _turns(db) == 4)
 
 
 async def test_max_lag_zero_never_holds(

@@ -129,7 +129,9 @@ def create_app(
 
 def _gate(settings: Settings, store: Store | None) -> StoreGate | None:
     s = settings.store
-    return StoreGate(store, s.max_lag_s, s.max_hold_s) if store and s.max_lag_s > 0 else None
+    if store is None or s.max_lag_s == 0:
+        return None
+    return StoreGate(store, s.max_lag_s, s.max_hold_s)
 
 
 async def _freeze_startup_objects(app: web.Application) -> AsyncIterator[None]:

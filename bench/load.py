@@ -198,17 +198,7 @@ def run_load(
         "transport_errors": tally.transport_errors,
         "sse_events": tally.events,
         "recorded": recorded,
-        "store_queue_at_end_of_load": health.get("queue_depth"),
-        "store_behind_s_at_end_of_load": health.get("oldest_unwritten_s"),
-        "store_write_failures": health.get("write_failures"),
-        "store_lag_samples": len(tally.lags),
-        "store_lag_median_s": statistics.median(tally.lags) if tally.lags else None,
-        "store_lag_max_s": max(tally.lags, default=None),
-        "store_lag_over_1s": sum(lag > 1.0 for lag in tally.lags),
-        "store_slowest_write_s": health.get("slowest_write_s"),
-        "held_requests": health.get("held_requests"),
-        "held_s": health.get("held_s"),
-        "writer_stalls": health.get("writer_stalls"),
+        **store_figures(health, tally.lags),
         "shutdown_s": round(drain, 2),
         "all_recorded": recorded == sum(tally.statuses.values()),
         "exit_code": exit_code,
@@ -218,6 +208,23 @@ def run_load(
         "pinned": cores.pinned,
         "store_writer": writer,
         "writer_cpu_ms_per_turn": round(wcpu * 1e3 / written, 3) if wcpu and written else None,
+    }
+
+
+def store_figures(health: dict[str, Any], lags: list[float]) -> dict[str, Any]:
+    """The store at the end of the load (its /healthz) and its lag sampled during it."""
+    return {
+        "store_queue_at_end_of_load": health.get("queue_depth"),
+        "store_behind_s_at_end_of_load": health.get("oldest_unwritten_s"),
+        "store_write_failures": health.get("write_failures"),
+        "store_lag_samples": len(lags),
+        "store_lag_median_s": statistics.median(lags) if lags else None,
+        "store_lag_max_s": max(lags, default=None),
+        "store_lag_over_1s": sum(lag > 1.0 for lag in lags),
+        "store_slowest_write_s": health.get("slowest_write_s"),
+        "held_requests": health.get("held_requests"),
+        "held_s": health.get("held_s"),
+        "writer_stalls": health.get("writer_stalls"),
     }
 
 

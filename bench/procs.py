@@ -286,3 +286,16 @@ def store_health(port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
         store: dict[str, Any] = json.loads(resp.read()).get("store") or {}
         return store
+
+
+def held_note(stored: Replicas) -> str:
+    """What the stored side's /healthz says of its writers' pace: the requests held back
+    for them (``store.max_lag_s``) and the slowest write."""
+    held, held_s, slowest = 0, 0.0, 0.0
+    for server in stored.servers:
+        h = store_health(server.port)
+        held += h.get("held_requests", 0)
+        held_s += h.get("held_s", 0.0)
+        slowest = max(slowest, h.get("slowest_write_s", 0.0))
+    return (f"{held:,} requests held back for the writer ({held_s:.1f} s in all), "
+            f"the slowest write {slowest:.2f} s after its reply")  # fmt: skip

@@ -31,6 +31,7 @@ from bench.procs import (
     Server,
     cpu_seconds,
     free_port,
+    held_note,
     last_line,
     layout_env,
     pin_threads,
@@ -108,19 +109,6 @@ def start_forwarder(
 def store_wired(server: Server) -> bool:
     """True when handoff's /healthz reports a store, i.e. ``serve`` opened one."""
     return bool(store_health(server.port))
-
-
-def held_note(stored: Replicas) -> str:
-    """What the stored side's /healthz says of its writers' pace: the requests held back
-    for them (``store.max_lag_s``) and the slowest write."""
-    held, held_s, slowest = 0, 0.0, 0.0
-    for server in stored.servers:
-        h = store_health(server.port)
-        held += h.get("held_requests", 0)
-        held_s += h.get("held_s", 0.0)
-        slowest = max(slowest, h.get("slowest_write_s", 0.0))
-    return (f"{held:,} requests held back for the writer ({held_s:.1f} s in all), "
-            f"the slowest write {slowest:.2f} s after its reply")  # fmt: skip
 
 
 def not_available(what: str, why: str) -> Row:

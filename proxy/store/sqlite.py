@@ -311,14 +311,14 @@ class SqliteStore:
             log.info("store_recovered", path=str(self.path))
             self._logged_error = None
         with self._cond:
+            s = self._state
             if batch:
-                slowest = max(self._state.slowest, self._last_commit - self._state.busy_since)
-                self._state.slowest = slowest
-            self._state.busy = 0
-            self._state.healthy = True
-            self._state.written += len(batch)
-            self._state.since_cap_check += len(batch)
-            check_cap = self._state.since_cap_check >= 100 or self._state.closing
+                s.slowest = max(s.slowest, self._last_commit - s.busy_since)
+            s.busy = 0
+            s.healthy = True
+            s.written += len(batch)
+            s.since_cap_check += len(batch)
+            check_cap = s.since_cap_check >= 100 or s.closing
         if self.max_bytes is not None and check_cap:
             known.clear()  # the cap may delete sessions
             self._enforce_cap(db)

@@ -1,7 +1,7 @@
 """``handoff sessions …``: browse, compare, export, import and prune snapshots.
 
 Each subcommand takes ``--store PATH`` (default: the configured store) and
-``--json``. Sessions are named by id, a unique id prefix, or the client's name.
+``--json``. Sessions are named by id, a unique start or end of it, or the client's name.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def test_show_timeline_marks_handoff_and_compression(
 ) -> None:
     """One row per turn; the handoff and the summarised turn are visible."""
     sid = _sid(store)
-    assert cli("sessions", "show", sid[:6], "--store", str(store)) == 0
+    assert cli("sessions", "show", sid[-6:], "--store", str(store)) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
     assert len(rows) == 4
     assert "⇄ gpt-4o → llama-8k" in rows[2]

@@ -191,6 +191,16 @@ def test_session_prefix_resolution(db_path: Path) -> None:
         reader.resolve("zz")
 
 
+def test_sessions_begun_together_are_told_apart_by_the_end_of_their_ids(db_path: Path) -> None:
+    """Ids start with their creation time: a short start is ambiguous, a short end is not."""
+    write(db_path, [turn([U1], A1), turn([U2], A2)])
+    reader = SqliteReader(db_path)
+    ids = [s["id"] for s in reader.list_sessions()]
+    with pytest.raises(AmbiguousSession, match="give more of the id"):
+        reader.resolve(ids[0][:6])
+    assert [reader.resolve(i[-6:]) for i in ids] == ids
+
+
 def test_ambiguous_prefix(db_path: Path) -> None:
     """An empty prefix matching several sessions is ambiguous."""
     write(db_path, [turn([U1], A1), turn([U2], A2)])

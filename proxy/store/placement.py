@@ -21,13 +21,13 @@ heads, hints, the best turn per chain hash, bases) come from the writer's
 
 from __future__ import annotations
 
-import secrets
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.store.base import TurnRecord
+from proxy.store.ids import new_session_id
 from proxy.store.known import NONE, Head, Known, Match
 
 _BEST_SQL = """WITH c(h, n) AS (VALUES {values})
@@ -170,17 +170,17 @@ def place_turn(
     if sid is None and turn.session_hint:
         sid = _hinted(db, turn.workspace, turn.session_hint, known)
         if sid is None:
-            return Place(secrets.token_hex(8), 1, None, None, True, turn.session_hint)
+            return Place(new_session_id(), 1, None, None, True, turn.session_hint)
     if sid is not None:  # an import, or a session the client named
         seq, model = _head(db, sid, known)
         return Place(sid, seq + 1, find_match(db, turn.workspace, hashes, sid, known), model)
     match = find_match(db, turn.workspace, hashes, known=known)
     if match is None:
-        return Place(secrets.token_hex(8), 1, None, None, True)
+        return Place(new_session_id(), 1, None, None, True)
     regenerate = match.via_history and match.length == len(hashes) and match.has_reply
     if match.is_head and not regenerate:
         return Place(match.session_id, match.seq + 1, match, match.model)
-    return Place(secrets.token_hex(8), 1, match, match.model, True)
+    return Place(new_session_id(), 1, match, match.model, True)
 
 
 def base_turn(db: sqlite3.Connection, m: Match, known: Known | None) -> int:

@@ -122,14 +122,17 @@ class SqliteReader:
             db.close()
 
     def resolve(self, ref: str) -> str:
-        """The session id that ``ref`` names: an id, a unique id prefix, or a client's name."""
+        """The session id that ``ref`` names: an id, its unique start or end, or a client's
+        name. Ids start with their creation time (``ids``), so the end tells apart sessions
+        begun together."""
         with self._db() as db:
             return self._resolve(db, ref)
 
     def _resolve(self, db: sqlite3.Connection, ref: str) -> str:
         esc = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = db.execute(
-            "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 5", (esc + "%",)
+            "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' LIMIT 5",
+            (esc + "%", "%" + esc),
         ).fetchall()
         exact = [r[0] for r in rows if r[0] == ref]
         if exact:

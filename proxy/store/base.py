@@ -101,10 +101,14 @@ def settled(turn: TurnRecord) -> TurnRecord:
     """``turn`` with what its unparsed ``answer`` says read into its fields."""
     if turn.answer is None:
         return turn
-    reply, finish_reason, usage, error = read_answer(turn.status, turn.answer)
-    return dataclasses.replace(
-        turn, reply=reply, finish_reason=finish_reason, usage=usage, error=error, answer=None
-    )
+    return dataclasses.replace(turn, answer=None, **answer_fields(turn.status, turn.answer))
+
+
+def answer_fields(status: int, answer: bytes) -> dict[str, Any]:
+    """What an unparsed answer says, as the record's fields: the reply, finish_reason,
+    usage and error."""
+    reply, finish_reason, usage, error = read_answer(status, answer)
+    return {"reply": reply, "finish_reason": finish_reason, "usage": usage, "error": error}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from proxy.resent import Resends, ResentBodies
-from proxy.store.base import Decision, TurnRecord, request_params, settled
+from proxy.store.base import Decision, TurnRecord, answer_fields, request_params, settled
 from proxy.store.shipped import ShippedBodies
 
 TURN, CALIBRATION = b"T", b"C"
@@ -166,6 +166,7 @@ def _turn(
     if meta["decision"] is not None:
         meta["decision"] = Decision.from_dict(meta["decision"])
     kept = body if with_body and body else None
-    if meta.pop("answer", False):
-        return TurnRecord(answer=raw, raw_request=kept, **meta)
+    if meta.pop("answer", False):  # read here: one record built, not one and a copy
+        meta.update(answer_fields(meta["status"], raw))
+        return TurnRecord(raw_request=kept, **meta)
     return TurnRecord(raw_response=raw or None, raw_request=kept, **meta)

@@ -5,7 +5,7 @@ bits (11 hex digits). Random ids, as before, put every new session at a random
 place in the ``sessions`` primary key and in ``session_messages``: each insert
 touched its own page, and the writer's CPU a turn grew with the store (regenerating
 one request 70,000 times: ~215 → ~320 µs a turn). Time-ordered ids keep the pages
-being written few and hot (~210 µs a turn, flat).
+being written few and hot (~225 to ~255 µs a turn, flat).
 
 Ids must be unique, not secret: the store and its API are guarded by file
 permissions and ``server.access_key``, not by unguessable ids. So the random part

@@ -159,20 +159,7 @@ def run_load(
     A writer process is pinned with the load generator (handoff's core is its own)."""
     db = workdir / "load.db"
     with Fleet(workdir) as fleet:
-        up_port = free_port()
-        upstream = fleet.start(
-            "upstream",
-            [sys.executable, "-m", "bench.upstream", "--port", str(up_port), "--chunks", "8"],
-            up_port,
-            cores.client,
-        )
-        env = {"HANDOFF_STORE__WRITER": writer}
-        if max_lag_s is not None:
-            env["HANDOFF_STORE__MAX_LAG_S"] = str(max_lag_s)
-        handoff = start_handoff(fleet, "handoff", upstream, cores.server, db, env)
-        writer_pid = store_writer_pid(handoff.pid) if writer == "process" else None
-        if writer_pid is not None:
-            pin_threads(writer_pid, cores.client)
+        handoff, writer_pid = _start(fleet, db, cores, writer, max_lag_s)
         cpu0, t0 = cpu_seconds(handoff.pid), time.monotonic()
         wcpu0 = cpu_seconds(writer_pid) if writer_pid is not None else 0.0
         tally = asyncio.run(drive(handoff.port, clients, seconds))
@@ -209,6 +196,27 @@ def run_load(
         "store_writer": writer,
         "writer_cpu_ms_per_turn": round(wcpu * 1e3 / written, 3) if wcpu and written else None,
     }
+
+
+def _start(fleet: Fleet, db: Path, cores: Cores, writer: str,
+           max_lag_s: float | None) -> tuple[Server, int | None]:  # fmt: skip
+    """The upstream and handoff (with its store at ``db``); handoff and its writer
+    process's pid, pinned with the load generator (None for a writer thread)."""
+    up_port = free_port()
+    upstream = fleet.start(
+        "upstream",
+        [sys.executable, "-m", "bench.upstream", "--port", str(up_port), "--chunks", "8"],
+        up_port,
+        cores.client,
+    )
+    env = {"HANDOFF_STORE__WRITER": writer}
+    if max_lag_s is not None:
+        env["HANDOFF_STORE__MAX_LAG_S"] = str(max_lag_s)
+    handoff = start_handoff(fleet, "handoff", upstream, cores.server, db, env)
+    writer_pid = store_writer_pid(handoff.pid) if writer == "process" else None
+    if writer_pid is not None:
+        pin_threads(writer_pid, cores.client)
+    return handoff, writer_pid
 
 
 def store_figures(health: dict[str, Any], lags: list[float]) -> dict[str, Any]:

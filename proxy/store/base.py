@@ -147,7 +147,7 @@ class Store(Protocol):
 class StoreReader(Protocol):
     """Read-only queries (CLI, ``/handoff/v1``), usable while a proxy writes.
 
-    Sessions are named by id, unique id prefix, or the client's own name; lookups
+    Sessions are named by id, a unique start or end of it, or the client's own name; lookups
     raise :class:`proxy.store.errors.SessionNotFound` / ``AmbiguousSession`` /
     ``TurnNotFound``. Results are JSON-ready dicts.
     """

@@ -2,8 +2,8 @@
 
 StoreError
  ├── StoreMissingError   no store file at the path given (also a FileNotFoundError)
- ├── SessionNotFound     no session has this id, id prefix or client-chosen name
- ├── AmbiguousSession    the prefix matches several sessions
+ ├── SessionNotFound     no session has this id, id start or end, or client name
+ ├── AmbiguousSession    the start or end matches several sessions
  ├── TurnNotFound        the session has no turn N
  └── InvalidDocument     an import file is malformed; ``field`` names where
 """

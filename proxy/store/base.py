@@ -45,9 +45,17 @@ class Decision:
             "steps": self.steps,
         }
 
+    def as_list(self) -> list[Any]:
+        """The fields in order, for the writer's frames: orjson writes this list in a
+        quarter of the instructions the dataclass or :meth:`as_dict` takes (callgrind)."""
+        return [self.action, self.window, self.budget, self.tokens, self.forwarded_tokens,
+                self.exact, self.policies, self.steps]  # fmt: skip
+
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Decision:
-        return cls(**{**d, "policies": tuple(d["policies"]), "steps": tuple(d["steps"])})
+    def from_list(cls, values: Sequence[Any]) -> Decision:
+        action, window, budget, tokens, forwarded_tokens, exact, policies, steps = values
+        return cls(action, window, budget, tokens, forwarded_tokens, exact, tuple(policies),
+                   tuple(steps))  # fmt: skip
 
 
 def request_params(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,8 @@ class ShippedBodies:
         parsing ``body``) names the earlier body it repeats: if that is held, no bytes
         are compared."""
         seq, self.next_seq = self.next_seq, self.next_seq + 1
+        if len(body) < self.min_bytes:  # neither held nor shipped against: as keep() would
+            return seq, None, 0
         base, shared = self._named(body, like) or self._base_for(body) or (None, 0)
         self.keep(seq, body, base)
         return seq, base, shared

@@ -200,30 +200,31 @@ def _record(
 ) -> None:
     if svc.store is None:
         return
+    hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
+    # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
     svc.store.record(
         TurnRecord(
-            workspace=workspace_for(request.headers),
-            started_at=started,
-            model=req.model,
-            upstream=up.name,
-            messages=req.messages,
-            status=turn.status,
-            latency_ms=latency_ms,
-            streamed=turn.streamed,
-            session_hint=session_hint(
-                request.headers, req.body, svc.settings.store.session_from_body
-            ),
-            decision=plan.decision,
-            forwarded=plan.forwarded,
-            reply=turn.reply,
-            usage=turn.usage,
-            finish_reason=turn.finish_reason,
-            error=turn.error,
-            cancelled=turn.cancelled,
-            raw_response=turn.raw,
-            request_params=request_params(req.body),
-            raw_request=req.raw,
-            resends=req.resends,
-            answer=turn.json_body,
+            workspace_for(request.headers),  # workspace
+            started,  # started_at
+            req.model,  # model
+            up.name,  # upstream
+            req.messages,  # messages
+            turn.status,  # status
+            latency_ms,  # latency_ms
+            turn.streamed,  # streamed
+            hint,  # session_hint
+            plan.decision,  # decision
+            plan.forwarded,  # forwarded
+            turn.reply,  # reply
+            turn.usage,  # usage
+            turn.finish_reason,  # finish_reason
+            turn.error,  # error
+            turn.cancelled,  # cancelled
+            turn.raw,  # raw_response
+            request_params(req.body),  # request_params
+            req.raw,  # raw_request
+            req.resends,  # resends
+            turn.json_body,  # answer
         )
     )

@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,57 @@ async def test_conversation_threads_and_handoff_is_marked(
     turn = SqliteReader(db).turn(session["id"], 3)
     assert turn["history"] == history[:-1]
     assert turn["reply"]["content"] == history[-1]["content"]
+
+
+async def test_chat_record_fields(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
+) -> None:
+    """Each thing the chat path records lands in its own field (``chat._record`` builds
+    the record by position, so a field out of order would land in its neighbour's)."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
+    headers = {"x-handoff-workspace": "team-a", "x-handoff-session": "fields-1"}
+    client = openai.AsyncOpenAI(
+        base_url=proxy.url, api_key="sk-fields", max_retries=0, default_headers=headers
+    )
+    history: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "call the tool please"},
+    ]
+    t0 = time.time()
+    reply = await client.chat.completions.create(
+        model="gpt-4o", messages=history, temperature=0.25, tools=TOOLS
+    )
+    streamed = [c async for c in await client.chat.completions.create(
+        model="gpt-4o-mini", messages=[*history, {"role": "user", "content": "and now?"}],
+        stream=True, stream_options={"include_usage": True},
+    )]  # fmt: skip
+    t1 = time.time()
+    await client.close()
+    await _until(lambda: sum(s["turns"] for s in _sessions(db)) == 2)
+    (session,) = _sessions(db)
+    assert (session["workspace"], session["name"]) == ("team-a", "fields-1")
+    first, second = (SqliteReader(db).turn(session["id"], n) for n in (1, 2))
+    assert t0 <= first["started_at"] <= second["started_at"] <= t1
+    assert (first["model"], first["upstream"], first["status"]) == ("gpt-4o", "default", 200)
+    assert 0 < first["latency_ms"] < (t1 - t0) * 1000
+    assert (first["streamed"], first["cancelled"], first["error"]) == (False, False, None)
+    assert first["history"] == history
+    assert first["request_params"] == {"temperature": 0.25, "tools": TOOLS}
+    assert first["decision"] == {  # (a body this far inside the window is not counted)
+        "action": "passthrough", "window": 128_000, "budget": 121_344, "tokens": None,
+        "forwarded_tokens": None, "exact": True, "policies": [], "steps": [],
+    }  # fmt: skip
+    assert first["forwarded"] is None
+    call = reply.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert first["reply"]["tool_calls"][0]["id"] == call.id
+    assert first["finish_reason"] == "tool_calls"
+    assert first["usage"] == reply.usage.model_dump(exclude_none=True)  # type: ignore[union-attr]
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert (second["model"], second["streamed"]) == ("gpt-4o-mini", True)
+    assert second["reply"]["content"] == text and text.startswith("Echo: and now?")
+    assert second["finish_reason"] == "stop"
+    assert second["usage"]["prompt_tokens"] == streamed[-1].usage.prompt_tokens  # type: ignore[union-attr]
 
 
 async def test_long_histories_are_stored_exactly(

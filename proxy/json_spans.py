@@ -22,7 +22,7 @@ _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 _FAILED = (ValueError, RecursionError, IndexError, StopIteration)  # StopIteration: no value
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built every turn (see TurnRecord)
 class Layout:
     """Byte offsets in a body: ``open`` is the ``messages`` array's ``[``, ``ends[k]`` is
     where its element ``k`` ends, ``close`` is its ``]``."""

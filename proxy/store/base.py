@@ -19,7 +19,7 @@ from proxy.resent import Resends
 from proxy.sse import read_answer
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built every turn (see TurnRecord)
 class Decision:
     """How handoff judged one request (see the decision engine)."""
 

@@ -58,7 +58,7 @@ class Lru(Generic[K, V]):
         return len(self._d)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built every turn (see TurnRecord)
 class Match:
     """A stored turn whose history (or history + reply) is a prefix of a request."""
 
@@ -74,7 +74,7 @@ class Match:
     base_len: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built every turn (see TurnRecord)
 class Head:
     turn_id: int
     seq: int

@@ -112,7 +112,7 @@ def find_match(
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built every turn (see TurnRecord)
 class Place:
     """Where a turn goes: its session, seq, the turn it builds on, the previous model."""
 

@@ -28,7 +28,7 @@ from proxy.store.redact import redact_text
 EMPTY_HISTORY = digest(b"")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built every turn (see TurnRecord)
 class Parts:
     """What a turn row refers to, once stored: ids of its messages, its chain hashes."""
 

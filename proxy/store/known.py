@@ -10,6 +10,8 @@ import, a prune). While that holds it can remember, instead of querying:
   reply (the one :func:`proxy.store.placement.find_match` would pick), or that there
   is none. A remembered best that was its session's head is trusted only while
   ``heads`` still says so; writing a turn with that hash replaces it.
+* a new session's title, by its first user message's digest (a regenerate or
+  an edit starts a session with the same message again).
 
 Everything is a bounded LRU and exact: the writer calls :meth:`Known.clear`
 whenever the database may have changed under it (another connection committed,
@@ -94,11 +96,12 @@ class Known:
         self.best: Lru[tuple[str, bytes], Match | str] = Lru(2 * max_turns)
         self.bases: Lru[int, tuple[int | None, int]] = Lru(max_turns)
         self.hints: Lru[tuple[str, str], str] = Lru(max_turns)
+        self.titles: Lru[bytes, str] = Lru(1024)  # by the first user message's digest
         self.seen = SeenHashes()
         self.inserted = 0  # messages inserted since the writer last indexed
 
     def clear(self) -> None:
-        for lru in (self.message_ids, self.heads, self.best, self.bases, self.hints):
+        for lru in (self.message_ids, self.heads, self.best, self.bases, self.hints, self.titles):
             lru.clear()
 
     def lookup(self, workspace: str, h: bytes) -> Match | str | None:

@@ -57,7 +57,8 @@ def write_turn(
     base = base_turn(db, place.match, known) if place.match else None
     parts = store_parts(db, turn, hashed, clean, place.base_len, known)
     tid = insert_turn(db, turn, place, base, parts, clean, redact)
-    _link_session(db, turn, place, tid, clean)
+    title = _title(messages, hashed.digests, clean, known) if place.new_session else ""
+    _link_session(db, turn, place, tid, title)
     _list_messages(db, place, base, hashed, parts, known)
     if known is not None:
         _remember(known, turn, place, tid, base, parts)
@@ -70,15 +71,24 @@ def _identity(obj: Any) -> Any:
     return obj
 
 
-def _title(messages: Sequence[Mapping[str, Any]], clean: Clean) -> str:
-    for m in messages:
+def _title(
+    messages: Sequence[Mapping[str, Any]], digests: list[bytes], clean: Clean, known: Known | None
+) -> str:
+    """The first user message, squeezed: remembered by its digest, as a regenerate or an
+    edit starts a session with the same first message again."""
+    for i, m in enumerate(messages):
         if m.get("role") == "user":
-            return squeeze(message_text(clean(m)))
+            title = known.titles.get(digests[i]) if known is not None else None
+            if title is None:
+                title = squeeze(message_text(clean(m)))
+                if known is not None:
+                    known.titles[digests[i]] = title
+            return title
     return ""
 
 
 def _link_session(
-    db: sqlite3.Connection, turn: TurnRecord, place: Place, tid: int, clean: Clean
+    db: sqlite3.Connection, turn: TurnRecord, place: Place, tid: int, title: str
 ) -> None:
     """Make turn ``tid`` its session's head, creating the session (or fork) if new."""
     match = place.match
@@ -90,7 +100,7 @@ def _link_session(
                 place.session_id,
                 turn.workspace,
                 place.hint,
-                _title(turn.messages, clean),
+                title,
                 turn.started_at,
                 turn.started_at,
                 match.session_id if match else None,

@@ -14,7 +14,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 
-_COMPLETION = json.dumps(
+COMPLETION = json.dumps(
     {
         "id": "chatcmpl-bench",
         "object": "chat.completion",
@@ -36,9 +36,9 @@ def json_response() -> bytes:
     """The whole HTTP/1.1 answer to a non-streaming chat request."""
     head = (
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(_COMPLETION)}\r\nConnection: keep-alive\r\n\r\n"
+        f"Content-Length: {len(COMPLETION)}\r\nConnection: keep-alive\r\n\r\n"
     )
-    return head.encode() + _COMPLETION
+    return head.encode() + COMPLETION
 
 
 SSE_HEAD = (

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from bench import chart, litellm_peer
+from bench import bench_writer_replay, chart, litellm_peer
 from bench.clients import parse_wrk
 from bench.loadgen import percentile, read_response, replay
 from bench.measure import Row
@@ -201,3 +201,15 @@ async def test_replay_sends_each_turn_with_its_tag() -> None:
     await server.wait_closed()
     assert result["ok"] == 2 and result["errors"] == 0
     assert got == [b'{"system": "ROUND-0042 x", "n": 1}', b'{"no marker": 2}']
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["resends", "--turns", "90"], ["conversation", "--turns", "40", "--replays", "2"]],
+)
+def test_writer_replay_stores_every_turn(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The writer replay decodes the frames a shipper makes and stores every turn."""
+    assert bench_writer_replay.main([*argv, "--batch", "7"]) == 0
+    assert re.search(r": (\d+) of \1 turns stored", capsys.readouterr().out)

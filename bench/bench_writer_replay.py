@@ -1,0 +1,136 @@
+"""The store writer's work a turn, replayed from the frames a proxy would ship it.
+
+``bench_store_writer`` times the SQLite writer on turn records; this one starts a step
+earlier, from the bytes on the writer process's pipe, and runs what the writer process
+runs for each batch: decode the frames (rebuilding and parsing each body), then write
+the turns in one transaction and commit. Two workloads, as the snapshot rows of
+``make bench`` send them:
+
+* ``resends``: the 1 KB request of the throughput rows again and again (each a fork);
+* ``conversation``: the 500-turn conversation, replayed ``--replays`` times, each
+  replay a conversation of its own (its marker retagged, as ``bench.loadgen`` does).
+
+The frames are made as the proxy's shipper makes them (``wire.encode_turn`` and
+``wire.frames``, the body shipped against the last one it extends), ``--batch`` turns a
+batch; the answer is the bench upstream's. It prints the CPU a turn of what is timed.
+For a count that does not move with the machine, count instructions under callgrind
+(``valgrind --tool=callgrind --callgrind-out-file=/dev/null python -m
+bench.bench_writer_replay resends --turns 600``), subtract those of the same run with
+``--frames-only``, and divide the difference between two such figures (600 and 1,800
+turns, say) by the difference in turns: start-up, making the frames and the last
+indexing drop out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench import conversation
+from bench.loadgen import conversation_bodies
+from bench.run import chat_body
+from bench.upstream import COMPLETION
+from proxy.process_tuning import raise_gc_threshold
+from proxy.resent import WORTH_REUSING, ResentBodies
+from proxy.store.base import Decision, TurnRecord, settled
+from proxy.store.db import connect
+from proxy.store.indexer import index_pending
+from proxy.store.known import Known
+from proxy.store.prefix import PrefixCache
+from proxy.store.shipped import ShippedBodies
+from proxy.store.wire import decode, encode_turn, frames
+from proxy.store.write import write_turn
+
+
+def _bodies(workload: str, turns: int, replays: int) -> Iterator[bytes]:
+    if workload == "resends":
+        body = chat_body(1024)
+        for _ in range(turns):
+            yield body
+        return
+    spec = {"model": conversation.MODEL, "turns": conversation.turns(turns)}
+    one = conversation_bodies(spec)
+    marker = conversation.MARKER.encode()
+    for r in range(replays):
+        tag = f"ROUND-{r + 1:04d}".encode()
+        yield from (b.replace(marker, tag) for b in one)
+
+
+def shipped_batches(workload: str, turns: int, replays: int, batch: int) -> list[bytes]:
+    """The batches' bytes, as the proxy's shipper writes them (without their heads)."""
+    parsed = ResentBodies(max_bytes=16 << 20, min_bytes=WORTH_REUSING)  # the proxy's
+    held = ShippedBodies()  # the proxy's mirror of what its writer holds
+    decision = Decision("passthrough", 128_000, 120_000, 1_000, None, True)
+    batches: list[bytes] = []
+    jobs = []
+    for body in _bodies(workload, turns, replays):
+        request, resends = parsed.parse_resending(body)
+        record = TurnRecord(
+            "bench", time.time(), request["model"], "default", request["messages"], 200,
+            1.0, False, None, decision, raw_request=body, resends=resends,
+            answer=COMPLETION,
+        )  # fmt: skip
+        jobs.append(encode_turn(record))
+        if len(jobs) == batch:  # framed as they fill: only what is new is kept
+            batches.append(b"".join(frames(jobs, held)))
+            jobs = []
+    if jobs:
+        batches.append(b"".join(frames(jobs, held)))
+    return batches
+
+
+def replay(batches: list[bytes], path: Path, per_transaction: int) -> int:
+    """Decode and write ``batches`` as the writer process does; returns the turns stored."""
+    parsed = ResentBodies(max_bytes=32 << 20, min_bytes=WORTH_REUSING)  # the writer's
+    held = ShippedBodies()
+    db = connect(path)
+    cache, known = PrefixCache(), Known()
+    pending = 0
+    for i in range(0, len(batches), per_transaction):
+        jobs = [j for b in batches[i : i + per_transaction] for j in decode(b, held, parsed)]
+        db.execute("BEGIN IMMEDIATE")
+        for job in jobs:
+            assert isinstance(job, TurnRecord), job
+            write_turn(db, settled(job), redact=False, cache=cache, known=known)
+        pending, known.inserted = pending + known.inserted, 0
+        if pending >= 256:  # as the writer indexes: every few hundred new messages
+            index_pending(db, 2560)
+            pending = 0
+        db.execute("COMMIT")
+    index_pending(db, 1 << 30)
+    stored = int(db.execute("SELECT count(*) FROM turns").fetchone()[0])
+    db.close()
+    return stored
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("workload", choices=["resends", "conversation"])
+    p.add_argument("--turns", type=int, help="resends (3000), or turns a replay (500)")
+    p.add_argument("--replays", type=int, default=5, help="conversation replays")
+    p.add_argument("--batch", type=int, default=41, help="turns a shipped batch")
+    p.add_argument("--per-transaction", type=int, default=2, help="batches a transaction")
+    p.add_argument("--frames-only", action="store_true", help="make the frames, replay none")
+    args = p.parse_args(argv)
+    raise_gc_threshold()  # as the writer process does
+    if args.turns is None:
+        args.turns = 3000 if args.workload == "resends" else 500
+    batches = shipped_batches(args.workload, args.turns, args.replays, args.batch)
+    expected = args.turns * (args.replays if args.workload == "conversation" else 1)
+    if args.frames_only:
+        print(f"{args.workload}: {expected} turns framed in {len(batches)} batches")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.process_time()
+        stored = replay(batches, Path(tmp) / "replay.db", args.per_transaction)
+        cpu = time.process_time() - t0
+    print(f"{args.workload}: {stored} of {expected} turns stored, "
+          f"{cpu * 1e6 / max(stored, 1):.1f} µs of CPU a turn")  # fmt: skip
+    return 0 if stored == expected else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,9 +1,9 @@
 """The store writer's work a turn, replayed from the frames a proxy would ship it.
 
 ``bench_store_writer`` times the SQLite writer on turn records; this one starts a step
-earlier, from the bytes on the writer process's pipe, and runs what the writer process
-runs for each batch: decode the frames (rebuilding and parsing each body), then write
-the turns in one transaction and commit. Two workloads, as the snapshot rows of
+earlier, from the bytes on the writer process's pipe, and feeds them to the writer
+process's own loop: it decodes the frames (rebuilding and parsing each body), writes
+the turns a transaction at a time, commits and indexes. Two workloads, as the snapshot rows of
 ``make bench`` send them:
 
 * ``resends``: the 1 KB request of the throughput rows again and again (each a fork);
@@ -17,13 +17,14 @@ For a count that does not move with the machine, count instructions under callgr
 (``valgrind --tool=callgrind --callgrind-out-file=/dev/null python -m
 bench.bench_writer_replay resends --turns 600``), subtract those of the same run with
 ``--frames-only``, and divide the difference between two such figures (600 and 1,800
-turns, say) by the difference in turns: start-up, making the frames and the last
-indexing drop out.
+turns, say) by the difference in turns: start-up, making the frames and the final
+drain drop out.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,14 +36,13 @@ from bench.run import chat_body
 from bench.upstream import COMPLETION
 from proxy.process_tuning import raise_gc_threshold
 from proxy.resent import WORTH_REUSING, ResentBodies
-from proxy.store.base import Decision, TurnRecord, settled
+from proxy.store.base import Decision, TurnRecord
 from proxy.store.db import connect
-from proxy.store.indexer import index_pending
-from proxy.store.known import Known
-from proxy.store.prefix import PrefixCache
+from proxy.store.pacing import Pacer, yield_cpu
 from proxy.store.shipped import ShippedBodies
-from proxy.store.wire import decode, encode_turn, frames
-from proxy.store.write import write_turn
+from proxy.store.sqlite import SqliteStore
+from proxy.store.wire import encode_turn, frames
+from proxy.store.writer_process import GIVE_WAY_S, HEAD, Backlog, serve
 
 
 def _bodies(workload: str, turns: int, replays: int) -> Iterator[bytes]:
@@ -82,28 +82,20 @@ def shipped_batches(workload: str, turns: int, replays: int, batch: int) -> list
     return batches
 
 
-def replay(batches: list[bytes], path: Path, per_transaction: int) -> int:
-    """Decode and write ``batches`` as the writer process does; returns the turns stored."""
-    parsed = ResentBodies(max_bytes=32 << 20, min_bytes=WORTH_REUSING)  # the writer's
-    held = ShippedBodies()
+def replay(batches: list[bytes], path: Path) -> int:
+    """Feed ``batches`` to the writer process's own loop (``writer_process.serve``, its
+    store built as its ``main`` builds it) and return the turns stored."""
+    pipe = io.BytesIO(b"".join(HEAD.pack(len(b), 0) + b for b in batches))
+    backlog = Backlog()
+    store = backlog.store = SqliteStore(
+        path, pacer=Pacer(GIVE_WAY_S, yield_cpu, backlog.keeping_up)
+    )
+    serve(store, pipe, io.BytesIO(), backlog)  # drains and stops at the end of the input
     db = connect(path)
-    cache, known = PrefixCache(), Known()
-    pending = 0
-    for i in range(0, len(batches), per_transaction):
-        jobs = [j for b in batches[i : i + per_transaction] for j in decode(b, held, parsed)]
-        db.execute("BEGIN IMMEDIATE")
-        for job in jobs:
-            assert isinstance(job, TurnRecord), job
-            write_turn(db, settled(job), redact=False, cache=cache, known=known)
-        pending, known.inserted = pending + known.inserted, 0
-        if pending >= 256:  # as the writer indexes: every few hundred new messages
-            index_pending(db, 2560)
-            pending = 0
-        db.execute("COMMIT")
-    index_pending(db, 1 << 30)
-    stored = int(db.execute("SELECT count(*) FROM turns").fetchone()[0])
-    db.close()
-    return stored
+    try:
+        return int(db.execute("SELECT count(*) FROM turns").fetchone()[0])
+    finally:
+        db.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, help="resends (3000), or turns a replay (500)")
     p.add_argument("--replays", type=int, default=5, help="conversation replays")
     p.add_argument("--batch", type=int, default=41, help="turns a shipped batch")
-    p.add_argument("--per-transaction", type=int, default=2, help="batches a transaction")
     p.add_argument("--frames-only", action="store_true", help="make the frames, replay none")
     args = p.parse_args(argv)
     raise_gc_threshold()  # as the writer process does
@@ -125,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.process_time()
-        stored = replay(batches, Path(tmp) / "replay.db", args.per_transaction)
+        stored = replay(batches, Path(tmp) / "replay.db")
         cpu = time.process_time() - t0
     print(f"{args.workload}: {stored} of {expected} turns stored, "
           f"{cpu * 1e6 / max(stored, 1):.1f} µs of CPU a turn")  # fmt: skip

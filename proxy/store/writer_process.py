@@ -44,7 +44,7 @@ REPORT_EVERY_S = 0.05
 """Health goes to the proxy this often while it changes, and every second regardless."""
 
 
-class _Backlog:
+class Backlog:
     """How far behind the writer is: the turns the proxy said wait behind the last batch,
     plus those waiting for SQLite here."""
 
@@ -127,7 +127,7 @@ class _Batches:
         return view
 
 
-def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: _Backlog) -> None:
+def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: Backlog) -> None:
     store.open()
     reporter = _Reporter(store, out)
     stop = threading.Event()
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_malloc()  # it parses every request body too
     raise_gc_threshold()  # as the proxy does
     yield_to_requests()  # background work: it must not preempt the turn being served
-    backlog = _Backlog()
+    backlog = Backlog()
     store = backlog.store = SqliteStore(
         args.path,
         flush_interval_s=args.flush_interval_s,

@@ -278,7 +278,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
         _say(f"snapshots on vs off ({where})")
         measure.warm(b, list(stored.servers))
         settle(writers)
-        cpu0, turns0 = sum(map(cpu_seconds, writers)), sum(map(_turns_stored, dbs))
+        cpu0, turns0 = sum(map(cpu_seconds, writers)), sum(map(turns_stored, dbs))
         row = measure.throughput(b, handoffs, stored, 16, f"snapshots on, {writer}", target or 0)
         row.what, row.compared_with = what, "snapshots off (--no-store)"
         row.note = f"{where}; {held_note(stored)}; {stored.described}"
@@ -286,7 +286,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
             row.target, row.passed = "reported", None
         if writers:
             settle(writers)
-            turns = sum(map(_turns_stored, dbs)) - turns0
+            turns = sum(map(turns_stored, dbs)) - turns0
             per_turn = _writer_ms_per_turn(writers, cpu0, turns)
             row.note = (f"{where}: the writer processes (pinned with the load generator) used "
                         f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns); "
@@ -307,12 +307,12 @@ def _wait_recorded(dbs: list[Path], expected: int, limit: float) -> int:
     """Turns in ``dbs`` once ``expected`` are there, or after ``limit`` seconds (the
     writer batches, so the last turns land up to a flush interval later)."""
     deadline = time.monotonic() + limit
-    while (n := sum(map(_turns_stored, dbs))) < expected and time.monotonic() < deadline:
+    while (n := sum(map(turns_stored, dbs))) < expected and time.monotonic() < deadline:
         time.sleep(0.1)
     return n
 
 
-def _turns_stored(db: Path) -> int:
+def turns_stored(db: Path) -> int:
     con = sqlite3.connect(db)
     try:
         return int(con.execute("SELECT count(*) FROM turns").fetchone()[0])

@@ -213,3 +213,20 @@ def test_writer_replay_stores_every_turn(
     """The writer replay decodes the frames a shipper makes and stores every turn."""
     assert bench_writer_replay.main([*argv, "--batch", "7"]) == 0
     assert re.search(r": (\d+) of \1 turns stored", capsys.readouterr().out)
+
+
+def test_store_probe_accounts_for_every_turn() -> None:
+    """The live probe records every turn it sends and reports each process's share."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.store_probe", "conversation", "--seconds", "1",
+         "--turns", "30"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    sent, recorded = re.search(
+        r"([\d,]+) turns answered .*, ([\d,]+) recorded", out.stdout
+    ).groups()
+    assert sent == recorded and int(sent.replace(",", "")) >= 30
+    for line in ("proxy, event loop", "writer, main thread", "writer, other threads"):
+        assert re.search(rf"{line} +[\d,]+ \+ [\d,]+ µs", out.stdout), out.stdout
+    assert re.search(r"writer I/O +[\d,]+ bytes in [\d.]+ writes", out.stdout)

@@ -100,6 +100,16 @@ def _send(lg: LoadGen, h: Server, workload: str, files: dict[str, Path], seconds
     return sent
 
 
+def _recorded(db: Path, expected: int, writers: list[int], limit: float = 60.0) -> int:
+    """The turns in ``db`` once ``expected`` are there (or ``limit`` passed) and the
+    writer has gone quiet: what was sent is then written and its cost counted."""
+    deadline = time.monotonic() + limit
+    while (n := turns_stored(db)) < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    settle(writers)
+    return n
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("workload", choices=["resends", "conversation"])
@@ -125,12 +135,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         pin_threads(writer, cores.client)
         with LoadGen(cores.client) as lg:
-            _send(lg, h, args.workload, files, 2.0, 1)  # warm: parses, pools, caches
-            settle([writer])
-            before, stored0 = (sample(h.pid), sample(writer)), turns_stored(db)
+            warm = _send(lg, h, args.workload, files, 2.0, 1)  # parses, pools, caches
+            _recorded(db, warm, [writer])
+            before = (sample(h.pid), sample(writer))
             sent = _send(lg, h, args.workload, files, args.seconds, 1000)
-            settle([writer], limit=30.0)
-            after, stored = (sample(h.pid), sample(writer)), turns_stored(db) - stored0
+            stored = _recorded(db, warm + sent, [writer]) - warm
+            after = (sample(h.pid), sample(writer))
         print(
             f"{args.workload}: {sent:,} turns answered in {args.seconds:g} s, {stored:,} recorded"
         )

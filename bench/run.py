@@ -240,11 +240,11 @@ def _conversation_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replic
         for t in (*handoffs.servers, *stored.servers):
             once(t)  # warm: first parses, pools, the writer's caches
         warm_sent = sent[stored.name]
-        _wait_recorded(dbs, warm_sent, limit=60.0)
+        wait_recorded(dbs, warm_sent, limit=60.0)
         cpu0 = sum(map(cpu_seconds, writers))
         per = interleave(b.plan.conversation_rounds, [handoffs, stored], once)
         b.raw["rps_conversation_replay"] = per
-        recorded = _wait_recorded(dbs, sent[stored.name], limit=60.0)
+        recorded = wait_recorded(dbs, sent[stored.name], limit=60.0)
         writer = ""
         if writers:
             per_turn = _writer_ms_per_turn(writers, cpu0, sent[stored.name] - warm_sent)
@@ -278,7 +278,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
         _say(f"snapshots on vs off ({where})")
         measure.warm(b, list(stored.servers))
         settle(writers)
-        cpu0, turns0 = sum(map(cpu_seconds, writers)), sum(map(turns_stored, dbs))
+        cpu0, turns0 = sum(map(cpu_seconds, writers)), sum(map(_turns_stored, dbs))
         row = measure.throughput(b, handoffs, stored, 16, f"snapshots on, {writer}", target or 0)
         row.what, row.compared_with = what, "snapshots off (--no-store)"
         row.note = f"{where}; {held_note(stored)}; {stored.described}"
@@ -286,7 +286,7 @@ def _store_row(b: Bench, fleet: Fleet, upstream: Server, handoffs: Replicas, cor
             row.target, row.passed = "reported", None
         if writers:
             settle(writers)
-            turns = sum(map(turns_stored, dbs)) - turns0
+            turns = sum(map(_turns_stored, dbs)) - turns0
             per_turn = _writer_ms_per_turn(writers, cpu0, turns)
             row.note = (f"{where}: the writer processes (pinned with the load generator) used "
                         f"{per_turn:.3f} ms of CPU per turn ({turns:,} turns); "
@@ -303,16 +303,16 @@ def _writer_ms_per_turn(pids: list[int], cpu0: float, turns: int) -> float:
     return (sum(map(cpu_seconds, pids)) - cpu0) * 1e3 / max(turns, 1)
 
 
-def _wait_recorded(dbs: list[Path], expected: int, limit: float) -> int:
+def wait_recorded(dbs: list[Path], expected: int, limit: float) -> int:
     """Turns in ``dbs`` once ``expected`` are there, or after ``limit`` seconds (the
     writer batches, so the last turns land up to a flush interval later)."""
     deadline = time.monotonic() + limit
-    while (n := sum(map(turns_stored, dbs))) < expected and time.monotonic() < deadline:
+    while (n := sum(map(_turns_stored, dbs))) < expected and time.monotonic() < deadline:
         time.sleep(0.1)
     return n
 
 
-def turns_stored(db: Path) -> int:
+def _turns_stored(db: Path) -> int:
     con = sqlite3.connect(db)
     try:
         return int(con.execute("SELECT count(*) FROM turns").fetchone()[0])

@@ -27,7 +27,7 @@ from bench import conversation
 from bench.clients import LoadGen
 from bench.measure import CHAT
 from bench.procs import Cores, Fleet, Server, free_port, pin_threads, settle, store_writer_pid
-from bench.run import chat_body, start_handoff, turns_stored
+from bench.run import chat_body, start_handoff, wait_recorded
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -75,7 +75,7 @@ def report(proxy: tuple[Sample, Sample], writer: tuple[Sample, Sample], turns: i
         [
             f"per turn recorded ({turns:,} turns), CPU as user + kernel:",
             f"  proxy, event loop        {_cpu(p0.loop, p1.loop, turns)}",
-            f"  proxy, other threads     {_cpu(p0.others, p1.others, turns)}  (the store's shipper…)",
+            f"  proxy, other threads     {_cpu(p0.others, p1.others, turns)}  (store shipper, reports)",
             f"  writer, main thread      {_cpu(w0.loop, w1.loop, turns)}  (reads, decodes)",
             f"  writer, other threads    {_cpu(w0.others, w1.others, turns)}  (SQLite, health)",
             f"  writer I/O               {per['wchar']:,.0f} bytes in {per['syscw']:.2f} writes, "
@@ -100,13 +100,11 @@ def _send(lg: LoadGen, h: Server, workload: str, files: dict[str, Path], seconds
     return sent
 
 
-def _recorded(db: Path, expected: int, writers: list[int], limit: float = 60.0) -> int:
-    """The turns in ``db`` once ``expected`` are there (or ``limit`` passed) and the
-    writer has gone quiet: what was sent is then written and its cost counted."""
-    deadline = time.monotonic() + limit
-    while (n := turns_stored(db)) < expected and time.monotonic() < deadline:
-        time.sleep(0.05)
-    settle(writers)
+def _recorded(db: Path, expected: int, writer: int) -> int:
+    """The turns in ``db`` once ``expected`` are there and the writer has gone quiet:
+    what was sent is then written and its cost counted."""
+    n = wait_recorded([db], expected, limit=60.0)
+    settle([writer])
     return n
 
 
@@ -136,10 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         pin_threads(writer, cores.client)
         with LoadGen(cores.client) as lg:
             warm = _send(lg, h, args.workload, files, 2.0, 1)  # parses, pools, caches
-            _recorded(db, warm, [writer])
+            _recorded(db, warm, writer)
             before = (sample(h.pid), sample(writer))
             sent = _send(lg, h, args.workload, files, args.seconds, 1000)
-            stored = _recorded(db, warm + sent, [writer]) - warm
+            stored = _recorded(db, warm + sent, writer) - warm
             after = (sample(h.pid), sample(writer))
         print(
             f"{args.workload}: {sent:,} turns answered in {args.seconds:g} s, {stored:,} recorded"

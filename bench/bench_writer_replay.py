@@ -2,7 +2,7 @@
 
 ``bench_store_writer`` times the SQLite writer on turn records; this one starts a step
 earlier, from the bytes on the writer process's pipe, and feeds them to the writer
-process's own loop: it decodes the frames (rebuilding and parsing each body), writes
+process's own loop: it decodes the frames (parsing what each body adds), writes
 the turns a transaction at a time, commits and indexes. Two workloads, as the snapshot rows of
 ``make bench`` send them:
 
@@ -11,7 +11,7 @@ the turns a transaction at a time, commits and indexes. Two workloads, as the sn
   replay a conversation of its own (its marker retagged, as ``bench.loadgen`` does).
 
 The frames are made as the proxy's shipper makes them (``wire.encode_turn`` and
-``wire.frames``, the body shipped against the last one it extends), ``--batch`` turns a
+``wire.frames``, a body shipped as what it adds to the last one), ``--batch`` turns a
 batch; the answer is the bench upstream's. It prints the CPU a turn of what is timed.
 For a count that does not move with the machine, count instructions under callgrind
 (``valgrind --tool=callgrind --callgrind-out-file=/dev/null python -m

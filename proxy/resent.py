@@ -17,8 +17,9 @@ very objects of the earlier parse: nothing may mutate a parsed message.
 Where a body's messages end (``json_spans.layout``) is found only when a later
 body shares at least a quarter of it, so bodies that are never continued cost
 no scan; a body parsed by reuse gets its layout from the reused one plus a scan
-of what is new. An instance is used by one thread (the event loop, or the
-writer process's reader).
+of what is new. An instance is used by one thread (the event loop's). A body
+parsed by reuse says so (:class:`Resends`): the store's shipper sends the writer
+process the bytes orjson parsed, not the body.
 """
 
 from __future__ import annotations
@@ -46,12 +47,15 @@ Check = Callable[[Any, int], None]
 
 
 class Resends(NamedTuple):
-    """An earlier body that a new one starts with, and how many of its leading bytes the
-    new one repeats: compared once while parsing, so that whoever holds the earlier
-    body (the store's shipper, its writer) need not compare them again."""
+    """An earlier body that a new one starts with: the new body is ``body``'s first
+    ``messages`` messages, then what ``cut`` holds. ``cut`` is the new body with those
+    messages cut out, the very bytes orjson parsed, so whoever holds the earlier body's
+    parse (the store's writer process) rebuilds the new parse from it and ``cut``
+    alone, without the new body's bytes or any comparing of them."""
 
     body: bytes
-    shared: int
+    messages: int
+    cut: bytes
 
 
 @dataclass(slots=True)
@@ -84,27 +88,25 @@ class ResentBodies:
         self.reused_messages = 0
         self.parsed_bytes = 0
 
-    def parse(self, body: bytes, check: Check | None = None, like: Resends | None = None) -> Any:
+    def parse(self, body: bytes, check: Check | None = None) -> Any:
         """``orjson.loads(body)``, reusing what a remembered body shares with it.
 
         ``check`` sees what orjson parsed (the body, or the body with the reused messages
         cut out) and how many messages were reused, and may raise to refuse it; a
-        refused body is not remembered. ``like``, when the caller knows it, names the
-        remembered body that ``body`` starts with: then no bytes are compared to find it.
+        refused body is not remembered.
         """
-        return self.parse_resending(body, check, like)[0]
+        return self.parse_resending(body, check)[0]
 
     def parse_resending(
-        self, body: bytes, check: Check | None = None, like: Resends | None = None
+        self, body: bytes, check: Check | None = None
     ) -> tuple[Any, Resends | None]:
         """:meth:`parse`, and which remembered body ``body`` was found to repeat, if any."""
-        reuse = self._find(body, like) if len(body) >= self.min_bytes else None
+        reuse = self._find(body) if len(body) >= self.min_bytes else None
         if reuse is not None:
-            parsed = self._parse_reusing(body, reuse, check)
-            if parsed is not None:
-                old = reuse.body
-                assert old.layout is not None
-                return parsed, Resends(old.raw, old.layout.ends[reuse.shared - 1])
+            got = self._parse_reusing(body, reuse, check)
+            if got is not None:
+                parsed, cut = got
+                return parsed, Resends(reuse.body.raw, reuse.shared, cut)
         parsed = orjson.loads(body)
         if check is not None:
             check(parsed, 0)
@@ -114,7 +116,11 @@ class ResentBodies:
             self._remember(_Body(body, messages))
         return parsed, None
 
-    def _parse_reusing(self, body: bytes, reuse: _Reuse, check: Check | None) -> Any | None:
+    def _parse_reusing(
+        self, body: bytes, reuse: _Reuse, check: Check | None
+    ) -> tuple[Any, bytes] | None:
+        """The parse of ``body`` reusing ``reuse``, and the bytes orjson parsed; None when
+        those bytes do not hold exactly the body's new messages."""
         old, n = reuse.body, reuse.shared
         assert old.layout is not None
         cut = b"".join((body[: old.layout.open + 1], body[reuse.cut_from :]))
@@ -138,7 +144,7 @@ class ResentBodies:
             if n == len(old.messages):
                 self._forget(old.bid)  # the conversation moved on (a fork keeps its parent)
             self._remember(_Body(body, messages, Layout(old.layout.open, ends, tail[1]), True))
-        return parsed
+        return parsed, cut
 
     @staticmethod
     def _one_key(body: bytes, old: _Body, close: int) -> bool:
@@ -151,9 +157,9 @@ class ResentBodies:
             return True
         return has_key_after(body, close, "messages") is False
 
-    def _find(self, body: bytes, like: Resends | None = None) -> _Reuse | None:
-        """The remembered body sharing the most leading messages with ``body``: ``like``'s
-        if it is remembered, else the best found by comparing bytes.
+    def _find(self, body: bytes) -> _Reuse | None:
+        """The remembered body sharing the most leading messages with ``body``, found by
+        comparing bytes.
 
         Conversations often share their first bytes (one system prompt for all of an
         app's users), so the candidates are told apart by bytes: first, does ``body``
@@ -165,10 +171,7 @@ class ResentBodies:
         ids = self._by_key.get(body[:KEY_BYTES])
         if not ids:
             return None
-        best = self._named(like, ids, body) if like is not None else None
-        if best is not None:
-            self._bodies.move_to_end(best.body.bid)
-            return best
+        best: _Reuse | None = None
         for bid in reversed(ids):
             old = self._bodies[bid]
             lay = old.layout
@@ -184,17 +187,6 @@ class ResentBodies:
         if best is not None:
             self._bodies.move_to_end(best.body.bid)
         return best
-
-    def _named(self, like: Resends, ids: list[int], body: bytes) -> _Reuse | None:
-        """Reuse remembered body ``like.body`` (the very object) as far as ``like.shared``
-        bytes take its messages, if it is remembered and its layout known."""
-        for bid in reversed(ids):
-            old = self._bodies[bid]
-            if old.raw is like.body:
-                lay = _scanned(old)
-                n = 0 if lay is None else bisect.bisect_right(lay.ends, like.shared)
-                return _reuse(old, body, n) if n else None
-        return None
 
     @staticmethod
     def _partly_shared(old: _Body, body: bytes) -> _Reuse | None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from proxy.store.base import Decision, TurnRecord, settled
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
-from proxy.store.shipped import ShippedBodies
+from proxy.store.shipped import HeldMessages, ShippedBodies
 from proxy.store.wire import decode, encode_calibration, encode_turn, frames
 from tests.test_store_fixtures import conversation
 
@@ -54,10 +54,8 @@ def test_turns_cross_the_pipe_unchanged(
                    raw_response=sse or None, request_params={"temperature": 0.5}, status=200)  # fmt: skip
     cal = {"gpt-4o": 1.25}
     wire = b"".join(frames([encode_turn(turn), encode_calibration(cal)], ShippedBodies()))
-    jobs = list(decode(wire, ShippedBodies(), with_body=True))
-    assert jobs == [turn, cal]
-    # The writer's way: the same record without the body it no longer needs.
-    assert list(decode(wire, ShippedBodies())) == [dataclasses.replace(turn, raw_request=None), cal]
+    # The same record, without the body the writer does not need (its parse travels).
+    assert list(decode(wire, HeldMessages())) == [dataclasses.replace(turn, raw_request=None), cal]
 
 
 async def test_turns_reach_the_store_and_health_drains(tmp_path: Path) -> None:
@@ -192,7 +190,7 @@ def test_an_unparsed_answer_crosses_the_pipe_and_is_read_by_the_writer() -> None
         (200, b"not json", (None, None, None, None)),
     ]:  # fmt: skip
         turn = _record([{"role": "user", "content": "x"}], True, status=status, answer=body)
-        (got,) = decode(b"".join(frames([encode_turn(turn)], ShippedBodies())), ShippedBodies())
+        (got,) = decode(b"".join(frames([encode_turn(turn)], ShippedBodies())), HeldMessages())
         assert isinstance(got, TurnRecord) and got.answer is None and got.raw_response is None
         assert (got.reply, got.finish_reason, got.usage, got.error) == expect
         assert settled(got) is got  # read once, in decode

@@ -1,4 +1,4 @@
-"""Bodies shipped to the writer process as what they add to one it holds arrive whole."""
+"""Bodies shipped to the writer process as what they add to one it holds parse whole."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.resent import Resends, ResentBodies
+from proxy.resent import ResentBodies
 from proxy.store.base import TurnRecord
-from proxy.store.shipped import ShippedBodies
+from proxy.store.shipped import HeldMessages, ShippedBodies
 from proxy.store.wire import Job, Unreadable, decode, encode_turn, frames
 
 PROMPT = "You are a careful assistant. " * 160  # one system prompt for every conversation
@@ -25,17 +25,24 @@ def _body(conv: int, texts: list[str]) -> bytes:
 
 def _turn(body: bytes, parser: ResentBodies | None = None) -> TurnRecord:
     """The record the proxy makes; with ``parser`` (the proxy's), it names what it resends."""
-    parsed, resends = (parser or ResentBodies(min_bytes=1 << 60)).parse_resending(body)
+    if parser is None:
+        parser = ResentBodies(min_bytes=1 << 60)  # (an empty one is falsy: no ``or``)
+    parsed, resends = parser.parse_resending(body)
     return TurnRecord(workspace="w", started_at=1.0, model="m", upstream="u",
                       messages=parsed["messages"], request_params={"temperature": 0.5},
                       raw_request=body, resends=resends)  # fmt: skip
 
 
-def _ship(batches: list[list[Job]], proxy: ShippedBodies, writer: ShippedBodies) -> list[Any]:
+def _ship(batches: list[list[Job]], proxy: ShippedBodies, writer: HeldMessages) -> list[Any]:
     out: list[Any] = []
     for batch in batches:
-        out += decode(b"".join(frames(batch, proxy)), writer, with_body=True)
+        out += decode(b"".join(frames(batch, proxy)), writer)
     return out
+
+
+def _received(turn: TurnRecord) -> TurnRecord:
+    """The record as the writer gets it: the body's parse, not the body."""
+    return dataclasses.replace(turn, raw_request=None)
 
 
 text = st.text(alphabet="abc xyz", min_size=1, max_size=60)
@@ -61,7 +68,7 @@ def test_every_body_arrives_whole(
     """Interleaved conversations growing, resent and edited, batched anyhow, with caps
     that evict, and the proxy's mirror cleared now and then (a failed send), with and
     without the proxy's parse naming what each body resends: each turn decodes to the
-    very record that was encoded."""
+    very record that was encoded (its messages, parameters and fields)."""
     parser = ResentBodies(max_bytes=max_bytes, min_bytes=600) if named else None
     histories: dict[int, list[str]] = {}
     turns = []
@@ -73,7 +80,7 @@ def test_every_body_arrives_whole(
             h[-1] += t
         turns.append(_turn(_body(conv, h), parser))
     proxy = ShippedBodies(max_bytes=max_bytes, min_bytes=600)
-    writer = ShippedBodies(max_bytes=max_bytes, min_bytes=600)
+    writer = HeldMessages(max_bytes=max_bytes, min_bytes=600)
     got: list[Any] = []
     batch: list[Job] = []
     for i, turn in enumerate(turns):
@@ -86,60 +93,73 @@ def test_every_body_arrives_whole(
             got += _ship([batch], proxy, writer)
             batch = []
     got += _ship([batch], proxy, writer)
-    assert got == turns
+    assert got == [_received(t) for t in turns]
 
 
 def test_a_continued_conversation_ships_only_what_it_adds() -> None:
-    proxy, writer = ShippedBodies(min_bytes=600), ShippedBodies(min_bytes=600)
+    parser = ResentBodies(min_bytes=600)
+    proxy, writer = ShippedBodies(min_bytes=600), HeldMessages(min_bytes=600)
     texts: list[str] = []
     for i in range(30):
         texts.append(f"message {i:02d} " * 20)  # 240 bytes, in a body of 5-12 KB
-        turn = _turn(_body(0, texts))
+        turn = _turn(_body(0, texts), parser)
         head, meta, shipped, raw = frames([encode_turn(turn)], proxy)
-        assert list(decode(b"".join((head, meta, shipped, raw)), writer, with_body=True)) == [turn]
-        if i:  # the new message, its quotes and role, and what follows the messages
+        assert list(decode(b"".join((head, meta, shipped, raw)), writer)) == [_received(turn)]
+        if i:  # the model, the new message, and what follows the messages
             assert len(shipped) < 320 < len(turn.raw_request or b"")
     assert len(proxy) == len(writer) == 1  # each turn replaced the one it extended
 
 
-def test_a_named_body_is_shipped_against_without_comparing() -> None:
-    """A body the proxy's parse says it resends is shipped against that body when it is
-    held, even if another held body shares more (nothing is compared to choose), and
-    the writer rebuilds it exactly."""
-    one, longer = _body(0, ["a"]), _body(0, ["a", "b" * 400])
-    third = _body(0, ["a", "b" * 400, "c"])
-    proxy, writer, unnamed = (ShippedBodies(min_bytes=600) for _ in range(3))
-    for held in (proxy, writer, unnamed):
-        held.keep(0, one, None)
-        held.keep(1, longer, None)
-    assert unnamed.ship(third)[1] == 1  # compared: the longer one shares more
-    named = Resends(one, one.index(b"[0] a") + 5)  # true, though not the most
-    turn = dataclasses.replace(_turn(third), resends=named)
+def test_a_body_the_writer_does_not_hold_travels_whole() -> None:
+    """A body whose parse repeats one that was never shipped (or no longer held) is
+    shipped whole, and so is a body saving too little."""
+    parser = ResentBodies(min_bytes=600)
+    proxy, writer = ShippedBodies(min_bytes=600), HeldMessages(min_bytes=600)
+    parser.parse(_body(0, ["a"]))  # parsed, never recorded
+    turn = _turn(_body(0, ["a", "b"]), parser)
+    assert turn.resends is not None
+    body = turn.raw_request or b""
     head, meta, shipped, raw = frames([encode_turn(turn)], proxy)
-    assert len(shipped) == len(third) - named.shared  # shipped against body 0
-    got = decode(b"".join((head, meta, shipped, raw)), writer, with_body=True)
-    assert list(got) == [turn]
+    assert bytes(shipped) == body
+    assert list(decode(b"".join((head, meta, shipped, raw)), writer)) == [_received(turn)]
+    small = _turn(_body(0, ["a", "b", "c"]), parser)  # saves a few bytes only
+    assert small.resends is not None
+    head, meta, shipped, raw = frames([encode_turn(dataclasses.replace(
+        small, resends=small.resends._replace(cut=body)))], proxy)  # fmt: skip
+    assert bytes(shipped) == small.raw_request
 
 
 def test_a_base_the_writer_lacks_costs_that_frame_only() -> None:
     """A writer that lost what it held (it cannot, short of a bug) reports the frame
-    unreadable, never a wrong body, and reads the frames after it."""
+    unreadable, never a wrong parse, and reads the frames after it."""
+    parser = ResentBodies(min_bytes=600)
     proxy = ShippedBodies(min_bytes=600)
-    first, second = _turn(_body(0, ["hello"])), _turn(_body(0, ["hello", "again"]))
+    first, second = _turn(_body(0, ["hello"]), parser), _turn(_body(0, ["hello", "again"]), parser)
     other = _turn(
         orjson.dumps(
             {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 0.5}
         )
     )
-    decode(b"".join(frames([encode_turn(first)], proxy)), ShippedBodies(min_bytes=600))
+    list(decode(b"".join(frames([encode_turn(first)], proxy)), HeldMessages(min_bytes=600)))
     got = list(decode(b"".join(frames([encode_turn(second), encode_turn(other)], proxy)),
-                      ShippedBodies(min_bytes=600), with_body=True))  # fmt: skip
+                      HeldMessages(min_bytes=600)))  # fmt: skip
     assert isinstance(got[0], Unreadable) and "not held" in got[0].error
-    assert got[1:] == [other]
+    assert got[1:] == [_received(other)]
+
+
+def test_a_frame_naming_more_messages_than_held_is_unreadable() -> None:
+    parser = ResentBodies(min_bytes=600)
+    proxy, writer = ShippedBodies(min_bytes=600), HeldMessages(min_bytes=600)
+    first, second = _turn(_body(0, ["hello"]), parser), _turn(_body(0, ["hello", "again"]), parser)
+    assert second.resends is not None
+    list(decode(b"".join(frames([encode_turn(first)], proxy)), writer))
+    lying = dataclasses.replace(second, resends=second.resends._replace(messages=9))
+    got = list(decode(b"".join(frames([encode_turn(lying)], proxy)), writer))
+    assert isinstance(got[0], Unreadable) and "which has 2" in got[0].error
 
 
 def test_small_bodies_travel_whole_and_are_not_held() -> None:
     held = ShippedBodies()  # the default: 64 KiB and up
     body = _body(0, ["short"])
-    assert held.ship(body) == (0, None, 0)
-    assert held.ship(body) == (1, None, 0) and len(held) == 0
+    assert held.ship(body) == (0, None)
+    assert held.ship(body) == (1, None) and len(held) == 0

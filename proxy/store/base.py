@@ -96,9 +96,10 @@ class TurnRecord:
     a store in another process re-reads them from it instead of having them serialised
     again (a client resends both, tools included, every turn)."""
     resends: Resends | None = field(default=None, repr=False, compare=False)
-    """The earlier ``raw_request`` this one was found to repeat while it was parsed, and
-    for how many bytes: a store in another process ships only what is new without
-    comparing those bytes once more."""
+    """The earlier ``raw_request`` this one was found to repeat while it was parsed, for
+    how many messages, and the bytes parsed besides: a store in another process that
+    holds that body's parse ships only those bytes, and its writer neither rebuilds
+    nor re-parses the body."""
     answer: bytes | None = None
     """A non-streamed answer's body as the upstream sent it, when the proxy had no need
     to parse it: the store's writer reads ``reply``, ``finish_reason``, ``usage`` and

@@ -6,7 +6,7 @@ request path encodes each turn (``wire``: the request body travels as received)
 onto a queue bounded in bytes; a shipper thread writes batches of frames to a
 child process (``writer_process``), which runs the same :class:`SqliteStore`
 on whatever core is free. A body that resends one the child holds travels as
-what it adds to it (``shipped``).
+what the proxy's parse read of it, the resent messages cut out (``shipped``).
 
 The child outlives a ``kill -9`` of the proxy long enough to drain its pipe, so
 every turn handed over is written. If the child dies, it is started again and

@@ -1,113 +1,119 @@
-"""The request bodies the writer process holds, mirrored on the proxy's side.
+"""What the writer process holds of recent bodies, mirrored on the proxy's side.
 
 A client resends its whole history every turn, so shipping each body to the writer
-process whole moved ~500 KB a turn at 500 turns through the kernel: the largest
-part of what snapshots cost the proxy. Both ends keep one :class:`ShippedBodies`
-and feed it the same bodies in the same order (one shipping channel, one reader),
-so they hold the same bodies under the same numbers. The proxy then ships a body
-that starts with a held one as "the first ``shared`` bytes of body ``base``, then
-these bytes"; the writer rebuilds it with one copy in its own memory.
+process whole moved ~500 KB a turn at 500 turns through the kernel, and the writer
+then rebuilt and re-parsed each body. The proxy's parse already found what a body
+resends (:class:`~proxy.resent.Resends`): an earlier body's first ``n`` messages,
+then the bytes orjson parsed (the body with those messages cut out). When that
+earlier body was shipped, and is still held, the proxy ships only ``n`` and those
+bytes; the writer, holding the earlier body's messages, rebuilds the new parse as
+its first ``n`` messages plus the parse of those bytes: no copy of the body, no
+comparing, no scan.
 
-Nothing here needs the two ends to agree on anything but the order of frames: a
-new writer process starts with an empty mirror on both sides, and a base the
-writer does not hold (it cannot, unless a batch was lost) makes that one frame
-unreadable, counted, never a wrong body.
+Both ends keep one mirror and feed it the same frames in the same order (one
+shipping channel, one reader), so they hold the same bodies under the same numbers:
+the proxy the bodies (to know them by identity), the writer their messages. A new
+writer process starts with an empty mirror on both sides, and a base the writer
+does not hold (it cannot, unless a batch was lost) makes that one frame unreadable,
+counted, never a wrong parse.
 """
 
 from __future__ import annotations
 
 import collections
+from typing import Any, Generic, TypeVar
 
-from proxy.resent import KEY_BYTES, WORTH_REUSING, Resends, common_prefix, unindex
+from proxy.resent import WORTH_REUSING, Resends
 
-CANDIDATES = 16
-MIN_SHARED = 4 << 10
-"""A shorter shared run is shipped whole: the reference would save too little."""
+MIN_SAVED = 4 << 10
+"""A body saving fewer bytes than this is shipped whole: the reference would save too
+little."""
+
+T = TypeVar("T")
 
 
-class ShippedBodies:
-    """Bodies of at least ``min_bytes``, by the number of the frame that shipped them,
-    within ``max_bytes``.
+class _Mirror(Generic[T]):
+    """Items by the number of the frame that shipped them, each counted at its body's
+    size, within ``max_bytes``; only bodies of ``min_bytes`` and up are held.
 
-    Every body shipped is :meth:`keep`-ed at both ends, with the base it was shipped
-    against: the base is dropped (its conversation moved on; a fork finds the newer
-    body just as well), the body is kept if large enough, and the oldest go first
-    beyond ``max_bytes``. Frames carry their own number, so the ends cannot disagree
-    on what a number means; and a writer holding more (the proxy side was
-    :meth:`clear`-ed) only drops its extra, older bodies first.
+    Every frame is :meth:`keep`-ed at both ends with the base it was shipped against:
+    the base is dropped (its conversation moved on; a fork finds the newer body just as
+    well), the new one is held if large enough, and the oldest go first beyond
+    ``max_bytes``. Frames carry their own number, so the ends cannot disagree on what
+    a number means; and a writer holding more (the proxy side was :meth:`clear`-ed)
+    only drops its extra, older items first.
     """
 
     def __init__(self, max_bytes: int = 16 << 20, min_bytes: int = WORTH_REUSING) -> None:
         self.max_bytes, self.min_bytes = max_bytes, min_bytes
-        self._bodies: collections.OrderedDict[int, bytes] = collections.OrderedDict()
-        self._by_key: dict[bytes, list[int]] = {}
+        self._items: collections.OrderedDict[int, tuple[T, int]] = collections.OrderedDict()
         self._bytes = 0
         self.next_seq = 0
 
-    def ship(self, body: bytes, like: Resends | None = None) -> tuple[int, int | None, int]:
-        """Number ``body`` for shipping, keep it, and say what to ship it against:
-        ``(seq, base, shared)``, base None (and shared 0) to ship it whole. ``like`` (from
-        parsing ``body``) names the earlier body it repeats: if that is held, no bytes
-        are compared."""
-        seq, self.next_seq = self.next_seq, self.next_seq + 1
-        if len(body) < self.min_bytes:  # neither held nor shipped against: as keep() would
-            return seq, None, 0
-        base, shared = self._named(body, like) or self._base_for(body) or (None, 0)
-        self.keep(seq, body, base)
-        return seq, base, shared
+    def get(self, seq: int) -> T:
+        """Held item ``seq``; KeyError if it is not held."""
+        return self._items[seq][0]
 
-    def _named(self, body: bytes, like: Resends | None) -> tuple[int, int] | None:
-        if like is None or like.shared < MIN_SHARED or len(body) < self.min_bytes:
-            return None
-        for seq in reversed(self._by_key.get(body[:KEY_BYTES], [])):
-            if self._bodies[seq] is like.body:
-                return seq, like.shared
-        return None
-
-    def _base_for(self, body: bytes) -> tuple[int, int] | None:
-        """The held body ``body`` shares the longest start with, and how many bytes; None
-        when none shares ``MIN_SHARED``. A held body sharing less than its first half
-        is not measured (memcmp stops at the first difference, so that is cheap)."""
-        if len(body) < self.min_bytes:
-            return None
-        best: tuple[int, int] | None = None
-        for seq in reversed(self._by_key.get(body[:KEY_BYTES], [])[-CANDIDATES:]):
-            old = self._bodies[seq]
-            if not body.startswith(memoryview(old)[: len(old) // 2]):
-                continue
-            shared = common_prefix(old, body)
-            if shared >= MIN_SHARED and (best is None or shared > best[1]):
-                best = (seq, shared)
-        return best
-
-    def get(self, seq: int) -> bytes:
-        """Held body ``seq``; KeyError if it is not held."""
-        return self._bodies[seq]
-
-    def keep(self, seq: int, body: bytes, base: int | None) -> None:
-        """Record that frame ``seq`` shipped ``body``, against held body ``base`` if any."""
-        if base is not None and base in self._bodies:
+    def keep(self, seq: int, item: T, size: int, base: int | None) -> None:
+        """Record that frame ``seq`` shipped a body of ``size`` bytes (held as ``item``),
+        against held body ``base`` if any."""
+        if base is not None and base in self._items:
             self._forget(base)
-        if seq in self._bodies:  # (cannot be, as frames are numbered: be safe anyway)
+        if seq in self._items:  # (cannot be, as frames are numbered: be safe anyway)
             self._forget(seq)
-        if self.min_bytes <= len(body) <= self.max_bytes:
-            self._bodies[seq] = body
-            self._by_key.setdefault(body[:KEY_BYTES], []).append(seq)
-            self._bytes += len(body)
+        if self.min_bytes <= size <= self.max_bytes:
+            self._items[seq] = (item, size)
+            self._held(seq, item)
+            self._bytes += size
             while self._bytes > self.max_bytes:
-                self._forget(next(iter(self._bodies)))
+                self._forget(next(iter(self._items)))
         self.next_seq = max(self.next_seq, seq + 1)
 
     def clear(self) -> None:
         """Hold nothing, numbering on: after a frame that may not have arrived."""
-        self._bodies.clear()
-        self._by_key.clear()
-        self._bytes = 0
+        for seq in list(self._items):
+            self._forget(seq)
+
+    def _held(self, seq: int, item: T) -> None:
+        """(For an index of what is held.)"""
 
     def _forget(self, seq: int) -> None:
-        body = self._bodies.pop(seq)
-        self._bytes -= len(body)
-        unindex(self._by_key, body, seq)
+        _, size = self._items.pop(seq)
+        self._bytes -= size
 
     def __len__(self) -> int:
-        return len(self._bodies)
+        return len(self._items)
+
+
+class ShippedBodies(_Mirror[bytes]):
+    """The proxy's end: the bodies shipped, known by identity."""
+
+    def __init__(self, max_bytes: int = 16 << 20, min_bytes: int = WORTH_REUSING) -> None:
+        super().__init__(max_bytes, min_bytes)
+        self._seq_of: dict[int, int] = {}  # id(body) -> its number (held bodies stay alive)
+
+    def ship(self, body: bytes, like: Resends | None = None) -> tuple[int, int | None]:
+        """Number ``body`` for shipping, keep it, and say what it is shipped against:
+        ``(seq, base)``, base None to ship it whole. It is shipped against held body
+        ``like.body`` (the very object its parse repeats) when that saves enough."""
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        base = None
+        if like is not None and len(body) - len(like.cut) >= MIN_SAVED:
+            held = self._seq_of.get(id(like.body))
+            if held is not None and self._items[held][0] is like.body:
+                base = held
+        self.keep(seq, body, len(body), base)
+        return seq, base
+
+    def _held(self, seq: int, item: bytes) -> None:
+        self._seq_of[id(item)] = seq
+
+    def _forget(self, seq: int) -> None:
+        body = self._items[seq][0]
+        if self._seq_of.get(id(body)) == seq:
+            del self._seq_of[id(body)]
+        super()._forget(seq)
+
+
+class HeldMessages(_Mirror[list[Any]]):
+    """The writer's end: the messages of the bodies shipped."""

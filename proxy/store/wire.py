@@ -1,14 +1,15 @@
 """Turn records as bytes, for the writer process (see ``process``).
 
 A frame is a head (kind, the three parts' lengths, the frame's number, the body it
-is shipped against and how many bytes of it) and then the parts: the JSON of the
-record's small fields, the client's request body as received, and the raw SSE
-bytes if kept (or a non-streamed answer as received, which the writer parses).
-Shipping the body as received costs the proxy no serialising of a long history (and
-its tools) every turn, and shipping only what it adds to a body the writer holds
-(``shipped``) costs no copying of it either; the writer rebuilds the body and parses
-it, reusing what it parsed of the same history before (``resent``). Without a raw
-body the messages and other fields travel in the JSON.
+is shipped against and how many of its messages, the body's size) and then the
+parts: the JSON of the record's small fields, the client's request body as received,
+and the raw SSE bytes if kept (or a non-streamed answer as received, which the
+writer parses). Shipping the body as received costs the proxy no serialising of a
+long history (and its tools) every turn. A body that resends one the writer holds
+(``shipped``) travels as the bytes the proxy's parse read instead (the body with
+the resent messages cut out): the writer parses those and puts the held messages
+in front, so a turn costs it what the turn adds. Without a raw body the messages
+and other fields travel in the JSON.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from proxy.resent import Resends, ResentBodies
+from proxy.resent import Resends
 from proxy.sse import read_answer
 from proxy.store.base import Decision, TurnRecord, request_params, settled
-from proxy.store.shipped import ShippedBodies
+from proxy.store.shipped import HeldMessages, ShippedBodies
 
 TURN, CALIBRATION = b"T", b"C"
-_HEAD = struct.Struct("<cIIIQQI")  # kind, 3 lengths, seq, base + 1 (0: none), shared
+_HEAD = struct.Struct("<cIIIQQIQ")  # kind, 3 lengths, seq, base + 1 (0: none), messages, size
 
 
 class Job(NamedTuple):
@@ -89,49 +90,44 @@ def encode_calibration(data: Mapping[str, Any]) -> Job:
 
 
 def frames(jobs: Sequence[Job], held: ShippedBodies) -> list[bytes | memoryview]:
-    """The jobs' frames, as pieces to write in order; each body is shipped against the
-    body ``held`` (the proxy's mirror of the writer's) shares the most with, if any."""
+    """The jobs' frames, as pieces to write in order; a body whose parse repeats one
+    ``held`` (the proxy's mirror of the writer's) holds travels as what was parsed of
+    it, against that one."""
     pieces: list[bytes | memoryview] = []
     for kind, meta, body, raw, resends in jobs:
-        seq, base, shared = held.ship(body, resends) if kind == TURN else (0, None, 0)
-        tail = memoryview(body)[shared:] if shared else body
-        ref = 0 if base is None else base + 1
+        seq, base = held.ship(body, resends) if kind == TURN else (0, None)
+        if base is None or resends is None:
+            shipped, ref, n = body, 0, 0
+        else:
+            shipped, ref, n = resends.cut, base + 1, resends.messages
         pieces += (
-            _HEAD.pack(kind, len(meta), len(tail), len(raw), seq, ref, shared),
+            _HEAD.pack(kind, len(meta), len(shipped), len(raw), seq, ref, n, len(body)),
             meta,
-            tail,
+            shipped,
             raw,
         )
     return pieces
 
 
 def decode(
-    buf: bytes | memoryview,
-    held: ShippedBodies,
-    bodies: ResentBodies | None = None,
-    *,
-    with_body: bool = False,
+    buf: bytes | memoryview, held: HeldMessages
 ) -> Iterator[TurnRecord | dict[str, Any] | Unreadable]:
     """The jobs in ``buf`` (whole frames): turn records, calibrations as dicts, and
     :class:`Unreadable` for a frame that cannot be decoded.
 
-    ``held`` is the writer's end of the bodies mirror; ``bodies`` (the writer's)
-    spares re-parsing the history a body resends. A record's ``raw_request`` is left
-    out unless ``with_body``: the writer needs only its parse, and a batch's bodies
-    held until their turns were written kept each new body off the pages the last
-    ones freed (at 500 turns, 75 page faults a turn instead of 14, and decoding took
-    476 µs a turn instead of 218).
+    ``held`` is the writer's end of the bodies mirror. A record's ``raw_request`` is
+    left out: the writer needs only its parse.
     """
     view, at = memoryview(buf), 0
     while at < len(buf):
-        kind, n_meta, n_tail, n_raw, seq, ref, shared = _HEAD.unpack_from(buf, at)
+        kind, n_meta, n_body, n_raw, seq, ref, n, size = _HEAD.unpack_from(buf, at)
         at += _HEAD.size
-        meta, tail, raw = (
+        meta, body, raw = (
             view[at : at + n_meta],
-            view[at + n_meta : at + n_meta + n_tail],
-            view[at + n_meta + n_tail : at + n_meta + n_tail + n_raw],
+            view[at + n_meta : at + n_meta + n_body],
+            view[at + n_meta + n_body : at + n_meta + n_body + n_raw],
         )
-        at += n_meta + n_tail + n_raw
+        at += n_meta + n_body + n_raw
         if kind == CALIBRATION:
             try:
                 yield orjson.loads(meta)
@@ -140,34 +136,47 @@ def decode(
             continue
         base = ref - 1 if ref else None
         try:
-            like = None if base is None else Resends(held.get(base), shared)
+            parsed = _parsed(body, held, base, n)
         except KeyError:
-            held.keep(seq, b"", base)
+            held.keep(seq, [], 0, base)
             yield Unreadable(f"frame {seq} is shipped against body {base}, which is not held")
             continue
-        body = bytes(tail) if like is None else b"".join((memoryview(like.body)[:shared], tail))
-        held.keep(seq, body, base)
+        except (ValueError, TypeError) as e:  # (orjson's errors are ValueErrors)
+            held.keep(seq, [], 0, base)
+            yield Unreadable(f"frame {seq}: {e!r}")
+            continue
+        held.keep(seq, [] if parsed is None else parsed["messages"], size, base)
         try:
-            yield _turn(orjson.loads(meta), body, bytes(raw), bodies, with_body, like)
-        except (ValueError, TypeError, IndexError) as e:  # (orjson's errors are ValueErrors)
+            yield _turn(orjson.loads(meta), parsed, bytes(raw))
+        except (ValueError, TypeError, IndexError) as e:
             yield Unreadable(f"frame {seq}: {e!r}")
 
 
-def _turn(
-    values: list[Any],
-    body: bytes,
-    raw: bytes,
-    bodies: ResentBodies | None,
-    with_body: bool,
-    like: Resends | None,
-) -> TurnRecord:
+def _parsed(
+    body: memoryview, held: HeldMessages, base: int | None, n: int
+) -> dict[str, Any] | None:
+    """The request body's parse: of the body, or of what was parsed of it after held body
+    ``base``'s first ``n`` messages; None without a body."""
+    if base is None and not body:
+        return None
+    parsed: dict[str, Any] = orjson.loads(body)
+    messages = parsed.get("messages") if type(parsed) is dict else None
+    if type(messages) is not list:
+        raise ValueError("the body has no messages list")
+    if base is not None:
+        before = held.get(base)
+        if n > len(before):
+            raise ValueError(f"{n} messages of body {base}, which has {len(before)}")
+        parsed["messages"] = before[:n] + messages
+    return parsed
+
+
+def _turn(values: list[Any], parsed: dict[str, Any] | None, raw: bytes) -> TurnRecord:
     """The record, built by position (as ``chat`` builds it: 21 keywords cost three times
-    the instructions); a body shipped against one the writer parsed before is parsed
-    reusing that one's messages, found by name (``like``), not by comparing bytes again."""
+    the instructions)."""
     (workspace, started_at, model, upstream, status, latency_ms, streamed, hint, decision,
      forwarded, reply, usage, finish_reason, error, cancelled, answer, *extra) = values  # fmt: skip
-    if body:
-        parsed = bodies.parse(body, like=like) if bodies is not None else orjson.loads(body)
+    if parsed is not None:
         messages, params = parsed["messages"], request_params(parsed)
     else:
         messages, params = extra
@@ -180,5 +189,5 @@ def _turn(
     return TurnRecord(
         workspace, started_at, model, upstream, messages, status, latency_ms, streamed,
         hint, decision, forwarded, reply, usage, finish_reason, error, cancelled,
-        raw_response, params, body if with_body and body else None,
+        raw_response, params,
     )  # fmt: skip

@@ -24,9 +24,8 @@ import structlog
 
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_gc_threshold, tune_malloc, yield_to_requests
-from proxy.resent import WORTH_REUSING, ResentBodies
 from proxy.store.pacing import Pacer, yield_cpu
-from proxy.store.shipped import ShippedBodies
+from proxy.store.shipped import HeldMessages
 from proxy.store.sqlite import SqliteStore
 from proxy.store.wire import Unreadable, decode
 
@@ -134,9 +133,7 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: Backlog) 
     thread = threading.Thread(target=reporter.run, args=(stop,), daemon=True)
     thread.start()
     reporter.report(force=True)
-    # (max_bytes: the prefix cache holds the same messages)
-    bodies = ResentBodies(max_bytes=32 << 20, min_bytes=WORTH_REUSING)
-    held = ShippedBodies()  # the proxy's shipper keeps its mirror
+    held = HeldMessages()  # the proxy's shipper keeps its mirror
     batch = _Batches(inp)
     pace = Pacer(GIVE_WAY_S, yield_cpu, backlog.keeping_up)
     try:
@@ -147,7 +144,7 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: Backlog) 
                 break  # the proxy died mid-write: that batch never completed
             try:
                 pace.restart()
-                for job in decode(payload, held, bodies):
+                for job in decode(payload, held):
                     pace()
                     if isinstance(job, Unreadable):
                         log.error("store_frame_unreadable", error=job.error)

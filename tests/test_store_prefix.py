@@ -166,6 +166,63 @@ def test_cached_writer_stores_exactly_what_the_full_path_stores(
         assert _read(fast) == _read(slow)
 
 
+@st.composite
+def extending(draw: st.DrawFn) -> list[TurnRecord]:
+    """Turns built as the writer's decode builds them: an earlier turn's first messages,
+    the very objects, then new ones (the earlier reply's twin among them, maybe), each
+    saying so in ``extends``."""
+    turns: list[TurnRecord] = []
+    for i in range(draw(st.integers(1, 8))):
+        history: list[Msg] = []
+        extends = None
+        if turns and draw(st.booleans()):
+            k = draw(st.sampled_from([len(turns) - 1, draw(st.integers(0, len(turns) - 1))]))
+            earlier = turns[k]
+            cut = draw(st.integers(0, len(earlier.messages)))
+            history = earlier.messages[:cut]
+            if cut == len(earlier.messages) and earlier.reply is not None and draw(st.booleans()):
+                history.append(_twin(earlier.reply, draw(st.integers(0, 3))))
+            extends = (earlier.messages, cut)
+        history += draw(st.lists(message, min_size=0 if history else 1, max_size=3))
+        t = turn(history, draw(st.none() | message), started_at=1000.0 + i, workspace="w")
+        t.extends = None if extends is None else (extends[0], min(extends[1], len(t.messages)))
+        turns.append(t)
+    return turns
+
+
+@settings(max_examples=80, deadline=None)
+@given(extending(), st.booleans())
+def test_a_turn_known_to_extend_another_is_stored_as_hashing_everything_stores_it(
+    turns: list[TurnRecord], redact: bool
+) -> None:
+    """Trusting ``extends`` for the remembered history (the reply still compared, by its
+    bytes where ``==`` is loose) gives the same rows as hashing everything."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fast, slow = Path(tmp) / "fast.db", Path(tmp) / "slow.db"
+        _store(fast, turns, PrefixCache(), redact, Known())
+        _store(slow, turns, None, redact)
+        assert _dump(fast) == _dump(slow)
+
+
+def test_a_turn_known_to_extend_the_remembered_one_is_not_compared() -> None:
+    """The remembered history is taken on ``extends``' word: a later turn that says it
+    extends the remembered list hits without its history being compared."""
+    cache = PrefixCache()
+    first = [SYS, U1]
+    cache.remember("s", "w", first, cache.hash("w", first, _same), A1, _same)
+
+    class Unequal(dict[str, Any]):
+        def __eq__(self, other: object) -> bool:
+            raise AssertionError("compared")
+
+        __hash__ = None  # type: ignore[assignment]
+
+    later = [first[0], first[1], dict(A1), U2]
+    later[0] = Unequal(SYS)  # (not so, but comparing it would fail the test)
+    got = cache.hash("w", later, _same, extends=(first, 2))
+    assert (cache.hits, got.reused) == (1, 3)
+
+
 @given(st.lists(st.lists(message, max_size=4), min_size=1, max_size=6), st.integers(0, 3))
 @example([[{"role": "user", "content": None, "n": 0.0}], []], 2)
 def test_cache_hash_equals_hashing_everything(lists: list[list[Msg]], pick: int) -> None:
@@ -223,6 +280,22 @@ def test_cache_is_bounded_by_sessions_and_bytes() -> None:
     big = [{"role": "user", "content": "x" * 500}]
     cache.remember("big", "w", big, cache.hash("w", big, _same), None, _same)
     assert cache.hash("w", big, _same).reused == 0
+
+
+@given(st.recursive(
+    st.none() | st.text(max_size=3) | st.integers() | st.floats() | st.booleans(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=12,
+))  # fmt: skip
+def test_is_plain_is_true_for_strings_none_dicts_and_lists_only(value: Any) -> None:
+    def plain(v: Any) -> bool:
+        if isinstance(v, dict):
+            return all(isinstance(k, str) and plain(x) for k, x in v.items())
+        if isinstance(v, list):
+            return all(plain(x) for x in v)
+        return v is None or isinstance(v, str)
+
+    assert is_plain(value) == plain(value)
 
 
 def test_is_plain_flags_numbers_and_non_json_types() -> None:

@@ -100,13 +100,18 @@ def test_a_continued_conversation_ships_only_what_it_adds() -> None:
     parser = ResentBodies(min_bytes=600)
     proxy, writer = ShippedBodies(min_bytes=600), HeldMessages(min_bytes=600)
     texts: list[str] = []
+    before: Any = None
     for i in range(30):
         texts.append(f"message {i:02d} " * 20)  # 240 bytes, in a body of 5-12 KB
         turn = _turn(_body(0, texts), parser)
         head, meta, shipped, raw = frames([encode_turn(turn)], proxy)
-        assert list(decode(b"".join((head, meta, shipped, raw)), writer)) == [_received(turn)]
+        (got,) = decode(b"".join((head, meta, shipped, raw)), writer)
+        assert got == _received(turn)
         if i:  # the model, the new message, and what follows the messages
             assert len(shipped) < 320 < len(turn.raw_request or b"")
+            assert isinstance(got, TurnRecord) and got.extends == (before, i + 1)
+            assert got.extends[0] is before  # the very list: the prefix cache trusts it
+        before = got.messages
     assert len(proxy) == len(writer) == 1  # each turn replaced the one it extended
 
 

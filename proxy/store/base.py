@@ -104,6 +104,10 @@ class TurnRecord:
     """A non-streamed answer's body as the upstream sent it, when the proxy had no need
     to parse it: the store's writer reads ``reply``, ``finish_reason``, ``usage`` and
     ``error`` from it (:func:`settled`), off the request path."""
+    extends: tuple[list[Any], int] | None = field(default=None, repr=False, compare=False)
+    """``(earlier, n)``: ``messages`` starts with ``earlier``'s first ``n`` messages, the
+    very objects (the writer's decode builds it so). A cache holding ``earlier`` then
+    knows that prefix without comparing it."""
 
 
 def settled(turn: TurnRecord) -> TurnRecord:

@@ -136,7 +136,7 @@ def decode(
             continue
         base = ref - 1 if ref else None
         try:
-            parsed = _parsed(body, held, base, n)
+            parsed, extends = _parsed(body, held, base, n)
         except KeyError:
             held.keep(seq, [], 0, base)
             yield Unreadable(f"frame {seq} is shipped against body {base}, which is not held")
@@ -147,18 +147,19 @@ def decode(
             continue
         held.keep(seq, [] if parsed is None else parsed["messages"], size, base)
         try:
-            yield _turn(orjson.loads(meta), parsed, bytes(raw))
+            yield _turn(orjson.loads(meta), parsed, bytes(raw), extends)
         except (ValueError, TypeError, IndexError) as e:
             yield Unreadable(f"frame {seq}: {e!r}")
 
 
 def _parsed(
     body: memoryview, held: HeldMessages, base: int | None, n: int
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any] | None, tuple[list[Any], int] | None]:
     """The request body's parse: of the body, or of what was parsed of it after held body
-    ``base``'s first ``n`` messages; None without a body."""
+    ``base``'s first ``n`` messages (and those messages, as ``TurnRecord.extends``); None
+    without a body."""
     if base is None and not body:
-        return None
+        return None, None
     parsed: dict[str, Any] = orjson.loads(body)
     messages = parsed.get("messages") if type(parsed) is dict else None
     if type(messages) is not list:
@@ -168,10 +169,16 @@ def _parsed(
         if n > len(before):
             raise ValueError(f"{n} messages of body {base}, which has {len(before)}")
         parsed["messages"] = before[:n] + messages
-    return parsed
+        return parsed, (before, n)
+    return parsed, None
 
 
-def _turn(values: list[Any], parsed: dict[str, Any] | None, raw: bytes) -> TurnRecord:
+def _turn(
+    values: list[Any],
+    parsed: dict[str, Any] | None,
+    raw: bytes,
+    extends: tuple[list[Any], int] | None,
+) -> TurnRecord:
     """The record, built by position (as ``chat`` builds it: 21 keywords cost three times
     the instructions)."""
     (workspace, started_at, model, upstream, status, latency_ms, streamed, hint, decision,
@@ -189,5 +196,5 @@ def _turn(values: list[Any], parsed: dict[str, Any] | None, raw: bytes) -> TurnR
     return TurnRecord(
         workspace, started_at, model, upstream, messages, status, latency_ms, streamed,
         hint, decision, forwarded, reply, usage, finish_reason, error, cancelled,
-        raw_response, params,
+        raw_response, params, extends=extends,
     )  # fmt: skip

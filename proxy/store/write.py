@@ -52,7 +52,11 @@ def write_turn(
     """
     clean: Clean = redact_json if redact else _identity
     messages = turn.messages
-    hashed = cache.hash(turn.workspace, messages, clean) if cache else hash_all(messages, clean)
+    hashed = (
+        cache.hash(turn.workspace, messages, clean, turn.extends)
+        if cache
+        else hash_all(messages, clean)
+    )
     place = place_turn(db, turn, hashed.hashes, into, known)
     base = base_turn(db, place.match, known) if place.match else None
     parts = store_parts(db, turn, hashed, clean, place.base_len, known)

@@ -247,17 +247,19 @@ def test_continuation_hits_and_serialises_only_new_messages() -> None:
     assert again.reused == 3 and sorted(again.bodies) == [3]
 
 
-def test_regenerates_with_the_same_reply_share_one_entry() -> None:
-    """Remembering the same history and reply again keeps one entry, which still hits."""
+def test_a_regenerate_takes_the_entry_over_and_the_original_still_hits() -> None:
+    """Regenerates take the remembered entry over (one entry, however many); the
+    original conversation's next turn then finds their shared history there."""
     cache = PrefixCache()
     for key in ("s1", "s2", "s3"):
         msgs = copy.deepcopy([SYS, U1])
         cache.remember(key, "w", msgs, cache.hash("w", msgs, _same), A1, _same)
-    assert len(cache) == 1
+    assert len(cache) == 1 and (cache.hits, cache.misses) == (2, 1)
     cache.remember("s4", "w", [SYS, U1], cache.hash("w", [SYS, U1], _same), U2, _same)
-    assert len(cache) == 2  # another reply is new
+    assert len(cache) == 1  # taken over by the regenerate with another reply
     again = cache.hash("w", [SYS, U1, A1, U2], _same)
-    assert again.reused == 3
+    assert again.reused == 2 and sorted(again.bodies) == [2, 3]
+    assert again.digests == hash_all([SYS, U1, A1, U2], _same).digests
 
 
 def test_other_workspace_and_edited_prefix_miss() -> None:

@@ -4,16 +4,23 @@ A client resends its whole history every turn, and the store addresses each
 message by the sha256 of its canonical JSON (see ``canonical``). Serialising and
 hashing the whole history every turn makes the writer's total cost grow with the
 square of the conversation's length. :class:`PrefixCache` remembers, for the
-latest turn of the conversations written most recently, its messages (history,
-then reply) with their digests and chain hashes. A new turn whose messages start
-with a remembered list reuses them and serialises only the rest. The prefix is
-compared with ``==``, which runs in C and serialises nothing.
+latest turn of the conversations written most recently, its history (and reply)
+with their digests and chain hashes. A new turn whose messages start with a
+remembered history (or history + reply) takes that entry over: its lists become
+the new turn's, extended by the new messages, with nothing copied, and the turn is
+remembered in their place once written. (A turn that forks off a conversation so
+takes it from that conversation; the conversation's own next turn then finds the
+fork's entry, which holds their shared history, and hashes only what follows.)
+The prefix is compared with ``==``, which runs in C and serialises nothing, or not
+at all when the turn is known to extend the remembered history
+(``TurnRecord.extends``).
 
 The result is exactly what hashing everything gives. ``==`` is exact for dicts,
 lists, strings and None, but it equates ``1``, ``1.0`` and ``True`` (and ``0.0``
 with ``-0.0``), which serialise differently; so a remembered message holding any
 other value keeps its raw canonical bytes, and a match is confirmed by them.
-Messages are assumed to be JSON values, as ``orjson.loads`` gives them.
+Messages are assumed to be JSON values, as ``orjson.loads`` gives them, and a
+remembered history list is never changed by its owner.
 
 Only the writer thread touches a cache (no locks). It memoises content, not the
 database, so a rolled-back transaction leaves it correct.
@@ -24,7 +31,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from proxy.store.canonical import canonical, digest, extend_chain
 
@@ -69,10 +76,19 @@ class Hashed:
     sizes: list[int] = field(default_factory=lambda: [0])
     reused: int = 0
 
-    def prefix(self, n: int) -> Hashed:
-        """The first ``n`` messages' figures, all counted as reused."""
-        raw = {i: b for i, b in self.raw.items() if i < n}
-        return Hashed(self.digests[:n], self.hashes[:n], {}, raw, self.sizes[: n + 1], n)
+    def pop(self) -> _Figures:
+        """Take the last message's figures off."""
+        i = len(self.digests) - 1
+        size = self.sizes.pop()
+        return _Figures(self.digests.pop(), self.hashes.pop(), size, self.raw.pop(i, None))
+
+    def push(self, f: _Figures) -> None:
+        """Put figures taken off (:meth:`pop`) back on."""
+        if f.raw is not None:
+            self.raw[len(self.digests)] = f.raw
+        self.digests.append(f.digest)
+        self.hashes.append(f.hash)
+        self.sizes.append(f.size)
 
     def append(self, message: Any, clean: Clean) -> None:
         """Serialise and hash one more message."""
@@ -86,6 +102,15 @@ class Hashed:
         self.digests.append(d)
         self.hashes.append(extend_chain(self.hashes[-1] if self.hashes else b"", d))
         self.sizes.append(self.sizes[-1] + len(body))
+
+
+class _Figures(NamedTuple):
+    """One message's figures: digest, chain hash, the list's size through it, raw bytes."""
+
+    digest: bytes
+    hash: bytes
+    size: int
+    raw: bytes | None
 
 
 def _shallow(message: Any) -> Hashable:
@@ -111,10 +136,33 @@ def hash_all(messages: Sequence[Any], clean: Clean, start: Hashed | None = None)
 @dataclass(slots=True)
 class _Entry:
     workspace: str
-    messages: list[Any]  # the history, then the reply if there was one
-    n_history: int
-    hashed: Hashed
-    source: Sequence[Any]  # the history as given: a later turn may say it extends it
+    history: list[Any]  # as given, not copied
+    hashed: Hashed  # the history's figures
+    reply: Any | None
+    reply_figures: _Figures | None
+    size: int = 0  # canonical bytes, history and reply
+    keys: tuple[tuple[str, int, Hashable], ...] = ()  # where ``_index`` finds it
+
+    def __post_init__(self) -> None:
+        n, f = len(self.history), self.reply_figures
+        self.size = f.size if f is not None else self.hashed.sizes[-1]
+        ends = [(n, self.history[n - 1])] if n else []
+        if self.reply is not None:
+            ends.append((n + 1, self.reply))
+        self.keys = tuple((self.workspace, k, _shallow(last)) for k, last in ends)
+
+    def ends_at(self, n: int) -> Any:
+        """The message it ends with when ``n`` long (its history, or with its reply); a
+        sentinel no message equals when it cannot be that long."""
+        nh = len(self.history)
+        if n == nh and n:
+            return self.history[n - 1]
+        if n == nh + 1 and self.reply is not None:
+            return self.reply
+        return _NOTHING
+
+
+_NOTHING = object()
 
 
 class PrefixCache:
@@ -145,7 +193,8 @@ class PrefixCache:
         looked for (found through ``_index``, by its last message): a turn adds a
         message or a few, and a longer jump costs one full hashing, not a wrong answer.
         ``extends`` (see ``TurnRecord.extends``) spares comparing a remembered history
-        that ``messages`` is known to start with.
+        that ``messages`` is known to start with. An entry found is taken out of the
+        cache: its figures are the result's (:meth:`remember` files them again).
         """
         msgs = messages if isinstance(messages, list) else list(messages)
         for n in range(len(msgs), max(0, len(msgs) - self.lookback), -1):
@@ -154,8 +203,13 @@ class PrefixCache:
             if entry is not None and self._covers(entry, msgs, n, extends):
                 assert key is not None
                 self.hits += 1
-                self._entries.move_to_end(key)
-                return hash_all(msgs, clean, entry.hashed.prefix(n))
+                self._forget(key)
+                start = entry.hashed
+                if n > len(entry.history):
+                    assert entry.reply_figures is not None
+                    start.push(entry.reply_figures)
+                start.bodies, start.reused = {}, n
+                return hash_all(msgs, clean, start)
         self.misses += 1
         return hash_all(msgs, clean)
 
@@ -166,19 +220,22 @@ class PrefixCache:
         n: int,
         extends: tuple[Sequence[Any], int] | None,
     ) -> bool:
-        """Are ``msgs[:n]`` exactly ``entry``'s first ``n`` messages (its whole list or history)?"""
-        if n not in (len(entry.messages), entry.n_history) or msgs[n - 1] != entry.messages[n - 1]:
+        """Are ``msgs[:n]`` exactly ``entry``'s first ``n`` messages (its history, or its
+        history and reply)?"""
+        history = entry.history
+        nh = len(history)
+        last = entry.ends_at(n)
+        if last is _NOTHING or msgs[n - 1] != last:
             return False
-        if extends is not None and extends[0] is entry.source and extends[1] >= entry.n_history:
-            # The history is the very objects: only the reply (if within n) is compared,
-            # and confirmed by its bytes if ``==`` could be loose.
-            i = n - 1
-            return i < entry.n_history or (
-                i not in entry.hashed.raw or canonical(msgs[i]) == entry.hashed.raw[i]
-            )
-        theirs = entry.messages if n == len(entry.messages) else entry.messages[:n]
-        return msgs[:n] == theirs and all(
-            canonical(msgs[i]) == raw for i, raw in entry.hashed.raw.items() if i < n
+        if n > nh:  # the reply: equal, and if == could be loose, the same bytes
+            f = entry.reply_figures
+            assert f is not None
+            if f.raw is not None and canonical(msgs[nh]) != f.raw:
+                return False
+        if extends is not None and extends[0] is history and extends[1] >= nh:
+            return True  # the history is the very objects
+        return msgs[:nh] == history and all(
+            canonical(msgs[i]) == raw for i, raw in entry.hashed.raw.items()
         )
 
     def remember(
@@ -189,54 +246,38 @@ class PrefixCache:
         hashed: Hashed,
         reply: Any | None,
         clean: Clean,
-    ) -> Hashed:
+    ) -> None:
         """Remember ``messages`` (+ ``reply``) as conversation ``key``'s latest turn.
 
-        Returns the figures of messages + reply (the reply hashed here).
+        ``hashed`` (the figures of ``messages``, or of messages + reply) is taken over,
+        not copied; the caller must not use it afterwards.
         """
-        full = [*messages, reply] if reply is not None else list(messages)
-        ext = hash_all(full, clean, hashed)
-        same = self._holding(workspace, full, len(messages), ext)
-        if same is not None:  # a regenerate that got the same reply: nothing new to remember
-            self._entries.move_to_end(same)
-            return ext
+        history = messages if type(messages) is list else list(messages)
+        hashed = hash_all(history, clean, hashed)
+        reply_figures = None
+        if reply is not None:
+            if len(hashed.digests) == len(history):
+                hashed.append(reply, clean)
+            reply_figures = hashed.pop()
+        hashed.bodies = {}
         self._forget(key)
-        size = ext.sizes[-1]
-        if size <= self.max_bytes:
-            kept = Hashed(ext.digests, ext.hashes, {}, ext.raw, ext.sizes, len(full))
-            entry = _Entry(workspace, full, len(messages), kept, messages)
+        entry = _Entry(workspace, history, hashed, reply, reply_figures)
+        if entry.size <= self.max_bytes:
             self._entries[key] = entry
-            self._bytes += size
-            for n in {len(full), len(messages)} - {0}:
-                self._index[(workspace, n, _shallow(full[n - 1]))] = key
+            self._bytes += entry.size
+            for ikey in entry.keys:
+                self._index[ikey] = key
         while self._entries and (
             len(self._entries) > self.max_sessions or self._bytes > self.max_bytes
         ):
             self._forget(next(iter(self._entries)))
-        return ext
-
-    def _holding(self, workspace: str, full: list[Any], n_history: int, ext: Hashed) -> str | None:
-        """The key of an entry that already holds exactly ``full`` (``n_history`` of it history)."""
-        if not full or ext.raw:
-            return None
-        key = self._index.get((workspace, len(full), _shallow(full[-1])))
-        entry = self._entries.get(key) if key is not None else None
-        if (
-            entry is None
-            or entry.n_history != n_history
-            or entry.hashed.raw
-            or entry.messages != full
-        ):
-            return None
-        return key
 
     def _forget(self, key: str) -> None:
         old = self._entries.pop(key, None)
         if old is None:
             return
-        self._bytes -= old.hashed.sizes[-1]
-        for n in {len(old.messages), old.n_history} - {0}:
-            ikey = (old.workspace, n, _shallow(old.messages[n - 1]))
+        self._bytes -= old.size
+        for ikey in old.keys:
             if self._index.get(ikey) == key:
                 del self._index[ikey]
 

@@ -143,6 +143,34 @@ def test_what_is_dated_is_let_go_without_health_being_asked(tmp_path: Path) -> N
     store.shutdown()
 
 
+def _wakeups(pid: int) -> int:
+    """How many times ``pid``'s threads have been scheduled in (``schedstat``)."""
+    return sum(
+        int((task / "schedstat").read_text().split()[2])
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    )
+
+
+@pytest.mark.skipif(
+    not Path(f"/proc/{os.getpid()}/schedstat").exists(), reason="counts wake-ups in /proc"
+)
+def test_an_idle_writer_wakes_a_few_times_a_second(tmp_path: Path) -> None:
+    """An idle writer reports when something changes and once a second, not by polling:
+    its threads wake a few times a second (polling every 0.05 s made it ~25)."""
+    store = ProcessStore(tmp_path / "h.db")
+    store.open()
+    store.record(conversation(1)[0])
+    assert _wait(lambda: store.health().queue_depth == 0)
+    pid = store.writer_pid
+    assert pid is not None
+    time.sleep(0.5)
+    before = _wakeups(pid)
+    time.sleep(3.0)
+    per_s = (_wakeups(pid) - before) / 3.0
+    store.shutdown()
+    assert per_s < 12
+
+
 @pytest.mark.parametrize("required", [False, True])
 async def test_an_unopenable_store_is_degraded_from_the_start(
     tmp_path: Path, required: bool

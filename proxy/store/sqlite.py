@@ -26,7 +26,7 @@ import collections
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,9 @@ class SqliteStore:
         self._data_version: int | None = None
         self._pending = 0  # messages inserted and not yet indexed
         self._pending_since: float | None = None
+        self.on_change: Callable[[], None] | None = None
+        """Called (on the writer thread) after a commit or a failure: what ``health``
+        says may have changed. The writer process reports it to the proxy then."""
 
     # -- the request path -------------------------------------------------
     def record(self, turn: TurnRecord) -> None:
@@ -307,7 +310,8 @@ class SqliteStore:
                 db.close()
             return None
         self._last_commit = time.monotonic()
-        if self._logged_error is not None:
+        recovered = self._logged_error is not None
+        if recovered:
             log.info("store_recovered", path=str(self.path))
             self._logged_error = None
         with self._cond:
@@ -319,6 +323,8 @@ class SqliteStore:
             s.written += len(batch)
             s.since_cap_check += len(batch)
             check_cap = s.since_cap_check >= 100 or s.closing
+        if (batch or recovered) and self.on_change is not None:
+            self.on_change()
         if self.max_bytes is not None and check_cap:
             known.clear()  # the cap may delete sessions
             self._enforce_cap(db)
@@ -403,6 +409,8 @@ class SqliteStore:
             self._state.failures += count
             self._state.last_error = repr(err)
             self._state.healthy = self._state.healthy and healthy
+        if self.on_change is not None:
+            self.on_change()
 
     def _requeue(self, batch: list[_Job]) -> None:
         with self._cond:

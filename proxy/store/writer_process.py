@@ -40,7 +40,9 @@ KEEPING_UP = 64
 """Fewer turns than this waiting, here and in the proxy: the writer gives way (``pacing``);
 more, and it takes its full share of the CPU until it has caught up."""
 REPORT_EVERY_S = 0.05
-"""Health goes to the proxy this often while it changes, and every second regardless."""
+"""Health goes to the proxy at most this often while it changes (a batch read, a commit,
+a failure), and every ``IDLE_REPORT_S`` regardless."""
+IDLE_REPORT_S = 1.0
 
 
 class Backlog:
@@ -64,6 +66,11 @@ class _Reporter:
         self._last: dict[str, Any] | None = None
         self._last_at = 0.0
         self._lock = threading.Lock()
+        self._changed = threading.Event()
+
+    def wake(self) -> None:
+        """Something the report says may have changed: report it soon."""
+        self._changed.set()
 
     def report(self, force: bool = False) -> None:
         h = self.store.health()
@@ -90,8 +97,16 @@ class _Reporter:
                 pass  # the proxy is gone: keep writing what it sent
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(REPORT_EVERY_S):
+        """Report when woken, at most every ``REPORT_EVERY_S``, and every
+        ``IDLE_REPORT_S`` regardless. (Polling every 0.05 s cost an idle writer 0.5% of a
+        core: 20 wake-ups a second, ~260 µs of CPU each on this VM.)"""
+        while not stop.is_set():
+            self._changed.wait(IDLE_REPORT_S)
+            self._changed.clear()
+            if stop.is_set():
+                return
             self.report()
+            stop.wait(REPORT_EVERY_S)
 
 
 def _next_head(store: SqliteStore, inp: IO[bytes]) -> bytes:
@@ -129,6 +144,7 @@ class _Batches:
 def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: Backlog) -> None:
     store.open()
     reporter = _Reporter(store, out)
+    store.on_change = reporter.wake
     stop = threading.Event()
     thread = threading.Thread(target=reporter.run, args=(stop,), daemon=True)
     thread.start()
@@ -156,9 +172,11 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: Backlog) 
                     reporter.received += 1
             except (ValueError, TypeError, struct.error) as e:  # orjson's errors are ValueErrors
                 log.error("store_batch_unreadable", error=repr(e), size=size)
+            reporter.wake()
     finally:
         store.shutdown()
         stop.set()
+        reporter.wake()
         thread.join()
         reporter.report(force=True)
 

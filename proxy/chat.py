@@ -123,7 +123,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if svc.settings.server.log_content:
             # Debug only (server.log_content): what was asked, sent and answered.
             log.info("content", messages=req.messages, forwarded=plan.forwarded, reply=turn.reply)
-        _record(svc, request, req, up, plan, turn, started, latency_ms)
+        # Recorded once this task yields, so after the response is written: a chat client
+        # waiting for its answer does not wait for the store's bookkeeping too.
+        asyncio.get_running_loop().call_soon(
+            _record, svc, request, req, up, plan, turn, started, latency_ms
+        )
 
 
 async def _exchange(

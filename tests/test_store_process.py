@@ -155,8 +155,9 @@ def _wakeups(pid: int) -> int:
     not Path(f"/proc/{os.getpid()}/schedstat").exists(), reason="counts wake-ups in /proc"
 )
 def test_an_idle_writer_wakes_a_few_times_a_second(tmp_path: Path) -> None:
-    """An idle writer reports when something changes and once a second, not by polling:
-    its threads wake a few times a second (polling every 0.05 s made it ~25)."""
+    """An idle writer reports when something changes and once a second, not by polling,
+    and its SQLite thread sleeps while nothing is pending: its threads wake a few times
+    a second (polling every 0.05 and 0.2 s made it ~25)."""
     store = ProcessStore(tmp_path / "h.db")
     store.open()
     store.record(conversation(1)[0])
@@ -168,7 +169,7 @@ def test_an_idle_writer_wakes_a_few_times_a_second(tmp_path: Path) -> None:
     time.sleep(3.0)
     per_s = (_wakeups(pid) - before) / 3.0
     store.shutdown()
-    assert per_s < 12
+    assert per_s < 5
 
 
 @pytest.mark.parametrize("required", [False, True])

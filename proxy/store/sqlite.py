@@ -227,8 +227,11 @@ class SqliteStore:
                 if s.closing or len(s.queue) >= self.max_batch:
                     break
                 if not s.queue:
-                    if not self._cond.wait(self.flush_interval_s):
-                        return []  # idle: a chance to index
+                    # Idle: wake to index what is pending or retry a failing store; a
+                    # healthy store with nothing pending sleeps until a turn comes.
+                    due = self._pending_since is not None or not s.healthy
+                    if not self._cond.wait(self.flush_interval_s if due else None):
+                        return []
                     continue
                 wait = self._last_commit + self.gather_s - time.monotonic()
                 if wait <= 0 or self._last_batch < 2:

@@ -208,7 +208,7 @@ class PrefixCache:
                 if n > len(entry.history):
                     assert entry.reply_figures is not None
                     start.push(entry.reply_figures)
-                start.bodies, start.reused = {}, n
+                start.reused = n  # (its ``bodies`` were dropped when it was remembered)
                 return hash_all(msgs, clean, start)
         self.misses += 1
         return hash_all(msgs, clean)

@@ -99,9 +99,9 @@ class ShippedBodies(_Mirror[bytes]):
         seq, self.next_seq = self.next_seq, self.next_seq + 1
         base = None
         if like is not None and len(body) - len(like.cut) >= MIN_SAVED:
-            held = self._seq_of.get(id(like.body))
-            if held is not None and self._items[held][0] is like.body:
-                base = held
+            # Only held bodies are indexed, and they are alive, as ``like.body`` is: the
+            # same id is the same object.
+            base = self._seq_of.get(id(like.body))
         self.keep(seq, body, len(body), base)
         return seq, base
 

@@ -137,13 +137,10 @@ def decode(
         base = ref - 1 if ref else None
         try:
             parsed, extends = _parsed(body, held, base, n)
-        except KeyError:
+        except (KeyError, ValueError, TypeError) as e:  # (orjson's errors are ValueErrors)
             held.keep(seq, [], 0, base)
-            yield Unreadable(f"frame {seq} is shipped against body {base}, which is not held")
-            continue
-        except (ValueError, TypeError) as e:  # (orjson's errors are ValueErrors)
-            held.keep(seq, [], 0, base)
-            yield Unreadable(f"frame {seq}: {e!r}")
+            why = f"shipped against body {base}, which is not held"
+            yield Unreadable(f"frame {seq}: {why if isinstance(e, KeyError) else repr(e)}")
             continue
         held.keep(seq, [] if parsed is None else parsed["messages"], size, base)
         try:

@@ -166,6 +166,29 @@ def test_migrations_from_empty_then_noop(tmp_path: Path) -> None:
     assert {"messages", "sessions", "turns", "calibration", "_migrations"} <= tables
 
 
+def test_values_bind_as_sqlite_stores_them_with_the_fast_adapters(tmp_path: Path) -> None:
+    """``db`` registers pass-through adapters for None, bytes and bools (the fast path
+    of Python 3.11's binding); they must not change what is stored."""
+    for kind in (type(None), bytes, bool):
+        assert (kind, sqlite3.PrepareProtocol) in sqlite3.adapters
+    db = connect(tmp_path / "s.db")
+    db.execute("CREATE TABLE t (v)")
+    values = [None, b"\x00\xff", b"", True, False, 7, 1.5, "s"]
+    db.executemany("INSERT INTO t VALUES (?)", [(v,) for v in values])
+    rows = db.execute("SELECT typeof(v), v FROM t ORDER BY rowid").fetchall()
+    assert rows == [
+        ("null", None),
+        ("blob", b"\x00\xff"),
+        ("blob", b""),
+        ("integer", 1),
+        ("integer", 0),
+        ("integer", 7),
+        ("real", 1.5),
+        ("text", "s"),
+    ]
+    db.close()
+
+
 def test_file_and_directory_modes(db_path: Path) -> None:
     """The store file is created 0600 and its directory 0700."""
     write(db_path, conversation(1))

@@ -1,0 +1,75 @@
+"""Pooling the snapshot rows of several bench runs of one commit (``bench.pool``)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bench.pool import main, pool
+
+ROW = "rps_conversation_replay"
+
+
+def _run(off: list[float], on: list[float], commit: str = "abc1234") -> dict:
+    return {
+        "machine": {"handoff_commit": commit},
+        "raw": {
+            ROW: {"handoff": off, "handoff-store-conversation": on},
+            "rps_throughput_c16": {"handoff": off, "forwarder": on},  # not a snapshot row
+        },
+    }
+
+
+def test_pooled_ratio_is_the_median_pair_and_each_run_keeps_its_own() -> None:
+    """Pairs are compared within themselves: a run on a faster machine shifts both sides."""
+    a = _run([100, 110, 90, 105, 95], [90, 100, 80, 95, 85])
+    b = _run([200, 190, 210, 205, 195], [196, 186, 206, 200, 190])
+    pooled = pool([a, b])
+    assert set(pooled) == {ROW}
+    row = pooled[ROW]
+    off = [100, 110, 90, 105, 95, 200, 190, 210, 205, 195]
+    on = [90, 100, 80, 95, 85, 196, 186, 206, 200, 190]
+    assert row["rounds"] == 10
+    assert row["ratio"] == pytest.approx(
+        statistics.median(b / a for a, b in zip(off, on, strict=True))
+    )
+    # (the ratio of the pooled medians would mix the runs' speeds: 0.953 here, not 0.942)
+    assert row["ratio"] == pytest.approx(0.942, abs=0.001)
+    assert statistics.median(on) / statistics.median(off) == pytest.approx(0.953, abs=0.001)
+    assert row["runs"] == pytest.approx([90 / 100, 196 / 200])
+    lo, hi = row["interval"]
+    assert lo <= row["ratio"] <= hi
+
+
+def test_unpaired_rounds_are_left_out() -> None:
+    pooled = pool([_run([100, 100, 100, 100, 100, 1], [90, 90, 90, 90, 90])])
+    assert pooled[ROW]["rounds"] == 5
+    assert pooled[ROW]["ratio"] == pytest.approx(0.9)
+
+
+def _write(tmp_path: Path, name: str, run: dict) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps(run))
+    return d
+
+
+def test_cli_prints_the_pooled_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _write(tmp_path, "a", _run([100] * 6, [92] * 6))
+    b = _write(tmp_path, "b", _run([100] * 6, [94] * 6))
+    assert main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "commit abc1234, 2 runs pooled" in out
+    assert f"{ROW}: 0.930× " in out
+    assert "the median of 12 pairs' ratios; each run's own figure 0.92, 0.94" in out
+
+
+def test_cli_refuses_runs_of_different_commits(tmp_path: Path) -> None:
+    a = _write(tmp_path, "a", _run([100] * 6, [92] * 6, commit="abc1234"))
+    b = _write(tmp_path, "b", _run([100] * 6, [94] * 6, commit="def5678"))
+    with pytest.raises(SystemExit) as e:
+        main([str(a), str(b)])
+    assert e.value.code == 2

@@ -7,8 +7,10 @@ pooled figure is the median of each interleaved pair's own ratio (on / off, the 
 rounds run back to back), not a ratio of medians taken across runs, which would mix
 the runs' speeds; its interval is a seeded bootstrap over the pairs. Each DIR is a
 ``make bench`` output directory (``--out``); its ``results.json`` keeps every round.
-Runs of different commits are refused: pooling them would hide a change behind an
-average.
+Runs of different code are refused: pooling them would hide a change behind an
+average. A run names its code by a hash of the measured tree (``handoff_code``: handoff,
+the benchmark, the dependencies), so runs on either side of a docs-only commit pool;
+runs from before that was recorded must share a commit.
 """
 
 from __future__ import annotations
@@ -68,6 +70,23 @@ def pool(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def same_code(runs: Sequence[Mapping[str, Any]]) -> str:
+    """What the runs share ("code HASH" or "commit ABC"); ValueError if not one code."""
+    codes = {run["machine"].get("handoff_code") for run in runs}
+    if len(codes) == 1 and None not in codes:
+        code = codes.pop()
+        if code == "unknown" or code.endswith("+dirty"):
+            raise ValueError(f"the runs measured uncommitted or unknown code ({code})")
+        return f"code {code}"
+    commits = {run["machine"].get("handoff_commit") for run in runs}
+    if None in codes and len(commits) == 1 and None not in commits:
+        return f"commit {commits.pop()}"
+    raise ValueError(
+        "the runs are of different code "
+        f"(commits {', '.join(sorted(map(str, commits)))}; code {', '.join(sorted(map(str, codes)))})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dirs", nargs="+", type=Path, help="make bench output directories")
@@ -78,13 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.append(json.loads((d / "results.json").read_text()))
         except (OSError, ValueError) as e:
             p.error(f"{d}: no readable results.json ({e})")
-    commits = {run["machine"].get("handoff_commit") for run in runs}
-    if len(commits) != 1:
-        p.error(f"the runs are of different commits ({', '.join(sorted(map(str, commits)))})")
+    try:
+        what = same_code(runs)
+    except ValueError as e:
+        p.error(str(e))
     pooled = pool(runs)
     if not pooled:
         p.error("no snapshot row is in every run")
-    print(f"commit {commits.pop()}, {len(runs)} runs pooled")
+    print(f"{what}, {len(runs)} runs pooled")
     for key, r in pooled.items():
         lo, hi = r["interval"]
         each = ", ".join(f"{x:.2f}" for x in r["runs"])

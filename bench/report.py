@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -40,6 +41,27 @@ def _commit() -> str:
         return "unknown"
 
 
+CODE = ("proxy", "policies", "bench", "pyproject.toml")
+"""What a run measures: handoff's code, the benchmark's, the dependencies (not the docs)."""
+
+
+def _code() -> str:
+    """A short hash of the measured code's tree at HEAD, ``+dirty`` when the work tree
+    changes it: runs of the same code, if not of one commit, can be pooled
+    (``bench.pool``)."""
+    try:
+        git = ["git", "-c", "core.quotepath=off"]
+        tree = subprocess.run([*git, "ls-tree", "HEAD", "--", *CODE], capture_output=True,
+                              text=True, timeout=5, check=True).stdout  # fmt: skip
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", *CODE], capture_output=True,
+                               text=True, timeout=5, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if not tree:
+        return "unknown"
+    return hashlib.sha256(tree.encode()).hexdigest()[:12] + ("+dirty" if dirty else "")
+
+
 def machine(pinned: bool, wrk: bool) -> dict[str, Any]:
     return {
         "cpu": cpu_model(),
@@ -49,6 +71,7 @@ def machine(pinned: bool, wrk: bool) -> dict[str, Any]:
         "python": platform.python_version(),
         "aiohttp": _version("aiohttp"),
         "handoff_commit": _commit(),
+        "handoff_code": _code(),
         "pinned": pinned,
         "load_tool": "wrk (throughput) + bench.loadgen" if wrk else "bench.loadgen",
     }

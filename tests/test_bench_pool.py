@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from bench import report
 from bench.pool import main, pool
 
 ROW = "rps_conversation_replay"
 
 
-def _run(off: list[float], on: list[float], commit: str = "abc1234") -> dict:
+def _run(
+    off: list[float], on: list[float], commit: str = "abc1234", code: str | None = None
+) -> dict:
+    machine = {"handoff_commit": commit} | ({"handoff_code": code} if code else {})
     return {
-        "machine": {"handoff_commit": commit},
+        "machine": machine,
         "raw": {
             ROW: {"handoff": off, "handoff-store-conversation": on},
             "rps_throughput_c16": {"handoff": off, "forwarder": on},  # not a snapshot row
@@ -73,3 +78,56 @@ def test_cli_refuses_runs_of_different_commits(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as e:
         main([str(a), str(b)])
     assert e.value.code == 2
+
+
+def test_runs_of_one_code_pool_across_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A docs-only commit between two runs changes the commit, not the code measured."""
+    a = _write(tmp_path, "a", _run([100] * 6, [92] * 6, commit="abc1234", code="c0de"))
+    b = _write(tmp_path, "b", _run([100] * 6, [94] * 6, commit="def5678", code="c0de"))
+    assert main([str(a), str(b)]) == 0
+    assert "code c0de, 2 runs pooled" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("code_a", "code_b"), [("c0de", "d1ff"), ("c0de+dirty", "c0de+dirty"), ("unknown", "unknown")]
+)
+def test_runs_of_other_or_uncommitted_code_are_refused(
+    tmp_path: Path, code_a: str, code_b: str
+) -> None:
+    a = _write(tmp_path, "a", _run([100] * 6, [92] * 6, code=code_a))
+    b = _write(tmp_path, "b", _run([100] * 6, [94] * 6, code=code_b))
+    with pytest.raises(SystemExit) as e:
+        main([str(a), str(b)])
+    assert e.value.code == 2
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_code_hash_follows_the_code_not_the_docs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "proxy").mkdir()
+    (tmp_path / "proxy" / "app.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("docs\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "one")
+    monkeypatch.chdir(tmp_path)
+    first = report._code()
+    assert len(first) == 12 and not first.endswith("+dirty")
+    (tmp_path / "README.md").write_text("more docs\n")
+    _git(tmp_path, "commit", "-qam", "docs only")
+    assert report._code() == first
+    (tmp_path / "proxy" / "app.py").write_text("x = 2\n")
+    assert report._code() == first + "+dirty"
+    _git(tmp_path, "commit", "-qam", "code")
+    assert report._code() not in (first, first + "+dirty")

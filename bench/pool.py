@@ -1,4 +1,4 @@
-"""Pool the snapshot rows of several runs of one commit: ``python -m bench.pool DIR...``.
+"""Pool the snapshot rows of several runs of the same code: ``python -m bench.pool DIR...``.
 
 One run's snapshot rows sit within their interval's noise of the 0.9 target: rounds of
 one run differ by ±20% on this shared machine. Runs of the same code measure the same

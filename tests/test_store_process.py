@@ -21,6 +21,7 @@ from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.shipped import HeldMessages, ShippedBodies
 from proxy.store.wire import decode, encode_calibration, encode_turn, frames
+from tests.polling import wait_until
 from tests.test_store_fixtures import conversation
 
 json_values = st.recursive(
@@ -63,7 +64,7 @@ async def test_turns_reach_the_store_and_health_drains(tmp_path: Path) -> None:
     await store.start()
     assert store.health().ok and store.writer_pid not in (None, os.getpid())
     if sys.platform == "linux":  # background work that never preempts request handling
-        assert _wait(lambda: os.sched_getscheduler(store.writer_pid) == os.SCHED_BATCH)
+        assert wait_until(lambda: os.sched_getscheduler(store.writer_pid) == os.SCHED_BATCH)
     for t in conversation(12):
         store.record(t)
     store.save_calibration({"gpt-4o": 1.1})
@@ -74,15 +75,6 @@ async def test_turns_reach_the_store_and_health_drains(tmp_path: Path) -> None:
     assert store.load_calibration() == {"gpt-4o": 1.1}
 
 
-def _wait(cond: Any, deadline_s: float = 10.0) -> bool:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_a_killed_writer_is_restarted_and_the_loss_reported(tmp_path: Path) -> None:
     """SIGKILL the writer process: the store says so, starts another, and keeps writing."""
     path = tmp_path / "h.db"
@@ -91,14 +83,14 @@ def test_a_killed_writer_is_restarted_and_the_loss_reported(tmp_path: Path) -> N
     turns = conversation(6)
     for t in turns[:3]:
         store.record(t)
-    assert _wait(lambda: store.health().queue_depth == 0)
+    assert wait_until(lambda: store.health().queue_depth == 0)
     first = store.writer_pid
     assert first is not None
     os.kill(first, signal.SIGKILL)
-    assert _wait(lambda: not store.health().ok)
+    assert wait_until(lambda: not store.health().ok)
     for t in turns[3:]:
         store.record(t)
-    assert _wait(lambda: store.writer_pid != first and store.health().queue_depth == 0)
+    assert wait_until(lambda: store.writer_pid != first and store.health().queue_depth == 0)
     store.shutdown()
     assert "exited" in (store.health().last_error or "")
     assert [s["turns"] for s in SqliteReader(path).list_sessions()] == [6]
@@ -111,7 +103,7 @@ def test_health_tells_the_age_of_the_oldest_unwritten_turn(tmp_path: Path) -> No
     store.open()
     turns = conversation(3)
     store.record(turns[0])
-    assert _wait(lambda: store.health().queue_depth == 0)
+    assert wait_until(lambda: store.health().queue_depth == 0)
     assert store.health().oldest_unwritten_s is None
     pid = store.writer_pid
     assert pid is not None
@@ -124,7 +116,7 @@ def test_health_tells_the_age_of_the_oldest_unwritten_turn(tmp_path: Path) -> No
         assert age is not None and 0.4 <= age < 5
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert _wait(lambda: store.health().oldest_unwritten_s is None)
+    assert wait_until(lambda: store.health().oldest_unwritten_s is None)
     assert store.health().slowest_write_s >= 0.4  # how long they waited, kept
     store.shutdown()
     assert [s["turns"] for s in SqliteReader(tmp_path / "h.db").list_sessions()] == [3]
@@ -139,7 +131,7 @@ def test_what_is_dated_is_let_go_without_health_being_asked(tmp_path: Path) -> N
         store.record(t)
         time.sleep(0.005)  # several batches
     child = store._child
-    assert child is not None and _wait(lambda: child.shipped == 40 and not child.in_flight)
+    assert child is not None and wait_until(lambda: child.shipped == 40 and not child.in_flight)
     store.shutdown()
 
 
@@ -161,7 +153,7 @@ def test_an_idle_writer_wakes_a_few_times_a_second(tmp_path: Path) -> None:
     store = ProcessStore(tmp_path / "h.db")
     store.open()
     store.record(conversation(1)[0])
-    assert _wait(lambda: store.health().queue_depth == 0)
+    assert wait_until(lambda: store.health().queue_depth == 0)
     pid = store.writer_pid
     assert pid is not None
     time.sleep(0.5)

@@ -16,19 +16,10 @@ import pytest
 from proxy.store.errors import StoreMissingError
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
+from tests.polling import wait_until
 from tests.test_store_fixtures import conversation, turn
 
 A1 = {"role": "assistant", "content": "hi"}
-
-
-def _wait(cond: object, deadline_s: float = 20.0) -> bool:
-    """Poll ``cond()`` until true or the deadline (a liveness bound, not a timing check)."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if cond():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_unwritable_path_keeps_accepting_and_reports(tmp_path: Path) -> None:
@@ -39,7 +30,7 @@ def test_unwritable_path_keeps_accepting_and_reports(tmp_path: Path) -> None:
     store.open()
     for t in conversation(3):
         store.record(t)
-    assert _wait(lambda: store.health().write_failures > 0)
+    assert wait_until(lambda: store.health().write_failures > 0)
     health = store.health()
     assert not health.ok and health.last_error and health.queue_depth == 3
     store.shutdown()
@@ -51,19 +42,19 @@ def test_locked_store_recovers_and_writes_everything(tmp_path: Path) -> None:
     store = SqliteStore(path, flush_interval_s=0.05, busy_timeout_ms=50)
     store.open()
     store.record(turn([{"role": "user", "content": "first"}], A1))
-    assert _wait(lambda: store.health().queue_depth == 0)
+    assert wait_until(lambda: store.health().queue_depth == 0)
     assert store.health().oldest_unwritten_s is None
     first = store.health().slowest_write_s
     locker = sqlite3.connect(path, isolation_level=None)
     locker.execute("BEGIN IMMEDIATE")
     for t in conversation(4):
         store.record(t)
-    assert _wait(lambda: not store.health().ok)
+    assert wait_until(lambda: not store.health().ok)
     time.sleep(0.3)
     assert (store.health().oldest_unwritten_s or 0) >= 0.3  # the age of the first held
     locker.execute("ROLLBACK")
     locker.close()
-    assert _wait(lambda: store.health().ok and store.health().queue_depth == 0)
+    assert wait_until(lambda: store.health().ok and store.health().queue_depth == 0)
     assert store.health().oldest_unwritten_s is None
     assert first < 0.3 <= store.health().slowest_write_s  # the held turns' wait, kept
     store.shutdown()
@@ -154,6 +145,6 @@ def test_kill_9_loses_no_recorded_turn(tmp_path: Path, writer: str) -> None:
         except (sqlite3.Error, OSError, StoreMissingError):
             return False
 
-    assert _wait(all_there, 10.0)  # an orphaned writer process finishes on its own
+    assert wait_until(all_there, 10.0)  # an orphaned writer process finishes on its own
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

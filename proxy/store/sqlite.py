@@ -8,6 +8,8 @@ under load it lets ``gather_s`` pass between commits, so a transaction holds
 many turns and a turn is on disk within ``gather_s`` (well inside a second).
 New messages are indexed for search and packed in batches (``indexer``): every
 ``index_batch`` messages or ``index_interval_s``, when idle, and before closing.
+The WAL is checkpointed on a thread of its own (``checkpoint``), so a commit never
+waits for the disk's sync.
 
 Failures (disk full, locked, read-only, a missing directory) are logged, counted and
 reported by :meth:`health` (with the age of the oldest unwritten turn); the batch
@@ -37,6 +39,7 @@ import structlog
 from proxy.store import retention
 from proxy.store.base import StoreHealth, TurnRecord, age_s, settled
 from proxy.store.calibration import load_calibration, save_calibration
+from proxy.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
 from proxy.store.known import Known
@@ -116,6 +119,7 @@ class SqliteStore:
         self._data_version: int | None = None
         self._pending = 0  # messages inserted and not yet indexed
         self._pending_since: float | None = None
+        self._checkpointer = Checkpointer(self.path)
         self.on_change: Callable[[], None] | None = None
         """Called (on the writer thread) after a commit or a failure: what ``health``
         says may have changed. The writer process reports it to the proxy then."""
@@ -250,6 +254,7 @@ class SqliteStore:
         cache = PrefixCache(self.prefix_cache_sessions, self.prefix_cache_bytes)
         known = Known()
         self._pending_since = time.monotonic()  # index what a crash may have left
+        self._checkpointer.start()
         try:
             while True:
                 batch = self._take()
@@ -267,6 +272,7 @@ class SqliteStore:
             if db is not None and self._pending_since is not None:
                 self._write(db, [], cache, known)  # leave everything indexed
         finally:
+            self._checkpointer.stop()
             if db is not None:
                 db.close()
 
@@ -297,6 +303,7 @@ class SqliteStore:
                 known.clear()
                 known.seen.reset()
                 db = connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
+                db.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")  # (checkpoint)
                 self._data_version = None
             while True:
                 bad = self._transaction(db, batch, cache, known, idle)
@@ -313,6 +320,7 @@ class SqliteStore:
                 db.close()
             return None
         self._last_commit = time.monotonic()
+        self._checkpointer.committed()
         recovered = self._logged_error is not None
         if recovered:
             log.info("store_recovered", path=str(self.path))

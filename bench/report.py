@@ -45,21 +45,29 @@ CODE = ("proxy", "policies", "bench", "pyproject.toml")
 """What a run measures: handoff's code, the benchmark's, the dependencies (not the docs)."""
 
 
+def _is_code(path: str) -> bool:
+    """Not the docs and results that live among it (``bench/NOTES.md``, a run's output)."""
+    return not (path.endswith(".md") or path.startswith("bench/results/"))
+
+
 def _code() -> str:
-    """A short hash of the measured code's tree at HEAD, ``+dirty`` when the work tree
-    changes it: runs of the same code, if not of one commit, can be pooled
+    """A short hash of the measured code's files at HEAD, ``+dirty`` when the work tree
+    changes one: runs of the same code, if not of one commit, can be pooled
     (``bench.pool``)."""
     try:
         git = ["git", "-c", "core.quotepath=off"]
-        tree = subprocess.run([*git, "ls-tree", "HEAD", "--", *CODE], capture_output=True,
+        tree = subprocess.run([*git, "ls-tree", "-r", "HEAD", "--", *CODE], capture_output=True,
                               text=True, timeout=5, check=True).stdout  # fmt: skip
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", *CODE], capture_output=True,
-                               text=True, timeout=5, check=True).stdout.strip()  # fmt: skip
+        status = subprocess.run([*git, "status", "--porcelain", "--", *CODE], capture_output=True,
+                                text=True, timeout=5, check=True).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    if not tree:
+    files = [line for line in tree.splitlines() if _is_code(line.split("\t", 1)[-1])]
+    dirty = [line for line in status.splitlines() if _is_code(line[3:].split(" -> ")[-1])]
+    if not files:
         return "unknown"
-    return hashlib.sha256(tree.encode()).hexdigest()[:12] + ("+dirty" if dirty else "")
+    digest = hashlib.sha256("\n".join(files).encode()).hexdigest()[:12]
+    return digest + ("+dirty" if dirty else "")
 
 
 def machine(pinned: bool, wrk: bool) -> dict[str, Any]:

@@ -118,6 +118,10 @@ def test_code_hash_follows_the_code_not_the_docs(
     (tmp_path / "proxy").mkdir()
     (tmp_path / "proxy" / "app.py").write_text("x = 1\n")
     (tmp_path / "README.md").write_text("docs\n")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "run.py").write_text("y = 1\n")
+    (tmp_path / "bench" / "NOTES.md").write_text("notes\n")
+    (tmp_path / "bench" / "results" / "results.md").write_text("a run\n")
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "commit", "-qm", "one")
@@ -125,8 +129,14 @@ def test_code_hash_follows_the_code_not_the_docs(
     first = report._code()
     assert len(first) == 12 and not first.endswith("+dirty")
     (tmp_path / "README.md").write_text("more docs\n")
+    (tmp_path / "bench" / "NOTES.md").write_text("more notes\n")  # docs beside the code
+    (tmp_path / "bench" / "results" / "results.md").write_text("another run\n")
+    assert report._code() == first  # not dirty either
     _git(tmp_path, "commit", "-qam", "docs only")
     assert report._code() == first
+    (tmp_path / "bench" / "run.py").write_text("y = 2\n")
+    assert report._code() == first + "+dirty"
+    _git(tmp_path, "checkout", "-q", "--", "bench/run.py")
     (tmp_path / "proxy" / "app.py").write_text("x = 2\n")
     assert report._code() == first + "+dirty"
     _git(tmp_path, "commit", "-qam", "code")

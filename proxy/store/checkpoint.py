@@ -1,8 +1,8 @@
 """WAL checkpoints on a thread of their own, so the writer's commits never wait for the disk.
 
 In WAL mode the commit that takes the log past ``wal_autocheckpoint`` pages also
-copies the log back into the database file and syncs both (a checkpoint). Under
-``make bench`` that commit took 27-142 ms instead of 1-5 ms, once every second or
+copies the log back into the database file and syncs both (a checkpoint). Under the
+bench's c16 resends that commit took 27-142 ms instead of 1-5 ms, once every second or
 two, with every turn queued behind it waiting too; the store gate holds new
 requests once the oldest has waited ``store.max_lag_s``. A passive checkpoint on a
 connection of its own runs beside the writer instead: WAL lets one connection

@@ -34,7 +34,6 @@ class Checkpointer:
     def __init__(self, path: str | Path, every_s: float = EVERY_S) -> None:
         self.path, self.every_s = Path(path), every_s
         self.done = 0  # checkpoints run
-        self.last: tuple[int, int, int] | None = None  # (busy, log pages, pages checkpointed)
         self._due = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,7 +77,7 @@ class Checkpointer:
             if db is None:  # (never creating a file: that is the writer's, with its mode)
                 uri = self.path.resolve().as_uri() + "?mode=rw"
                 db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-            busy, pages, moved = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.Error as e:
             if repr(e) != self._logged:
                 self._logged = repr(e)
@@ -87,6 +86,5 @@ class Checkpointer:
                 db.close()
             return None
         self.done += 1
-        self.last = (busy, pages, moved)
         self._logged = None
         return db

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from proxy.tokens import TokenCounter
+from proxy.decide.tokens import TokenCounter
 
 T = TypeVar("T")
 

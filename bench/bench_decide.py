@@ -28,13 +28,13 @@ from typing import Any
 import orjson
 
 from bench.bench_count import conversation
-from proxy.build import build_engine
 from proxy.config import Settings
-from proxy.parse import parse_chat
+from proxy.decide.tokens import TokenCounter
+from proxy.ingress.chat_completions import parse_chat
 from proxy.process_tuning import raise_gc_threshold, tune_malloc
-from proxy.services import history_cache
-from proxy.tokens import TokenCounter
-from proxy.upstreams import Router, Upstream
+from proxy.server.build import build_engine
+from proxy.server.services import history_cache
+from proxy.upstream.routing import Router, Upstream
 
 
 def _body(model: str, messages: list[dict[str, Any]]) -> bytes:

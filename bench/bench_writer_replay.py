@@ -34,8 +34,8 @@ from bench import conversation
 from bench.loadgen import conversation_bodies
 from bench.run import chat_body
 from bench.upstream import COMPLETION
+from proxy.ingress.incremental_parse import WORTH_REUSING, ResentBodies
 from proxy.process_tuning import raise_gc_threshold
-from proxy.resent import WORTH_REUSING, ResentBodies
 from proxy.store.base import Decision, TurnRecord
 from proxy.store.db import connect
 from proxy.store.pacing import Pacer, yield_cpu

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.recall import Recall
+from policies.identity_memo import Recall
 
 Message = Mapping[str, Any]
 

@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 
 from policies.base import CutState, Memo, Message, PolicyContext
+from policies.identity_memo import Recall
 from policies.units import HANDOFF_MARK, TOOL_ROLES, Region, called_function
-from proxy.recall import Recall
 
 _FP = re.compile(r"sha256:([0-9a-f]{16})\]?\"?\}?$")
 ARGS_KEY = "handoff_elided"

@@ -19,8 +19,8 @@ import orjson
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
 from policies.cuts import ARGS_KEY, content_digest, fingerprint, prefix_hash, size
+from policies.identity_memo import Recall
 from policies.units import HANDOFF_MARK, TOOL_ROLES, as_dicts, called_function, tail_start
-from proxy.recall import Recall
 
 
 def _kb(n: int) -> str:

@@ -15,7 +15,7 @@
     └── StoreUnavailable             503 the store cannot write and store.required is set
 
 Errors the *upstream* returns are not here: they are relayed as they came.
-Every route's wrapper (:func:`proxy.endpoint.error_response`) turns these into responses.
+Every route's wrapper (:func:`proxy.server.endpoint.error_response`) turns these into responses.
 """
 
 from __future__ import annotations

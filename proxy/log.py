@@ -4,8 +4,8 @@ Fields are snake_case. Only ``request_id`` is bound to the request's context (so
 event of a request can be joined to it), in a context variable of its own
 (:func:`bind_request_id`: one ``ContextVar.set``, where structlog's
 ``bind_contextvars`` costs ~2 µs); the canonical event's own fields go in a
-per-request dict (:func:`proxy.request_log.request_fields`) that the route's wrapper
-(:mod:`proxy.endpoint`) logs once at the end.
+per-request dict (:func:`proxy.server.request_log.request_fields`) that the route's wrapper
+(:mod:`proxy.server.endpoint`) logs once at the end.
 A last-line scrubber drops anything that looks like a credential, so a careless
 ``log.info(..., headers=...)`` can never write a key.
 """

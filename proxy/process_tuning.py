@@ -23,7 +23,7 @@ import platform
 GC_YOUNG_THRESHOLD = 20_000
 """Allocations between young garbage collections in a serving process (CPython: 700):
 at 700 the collector ran every request or two and walked every in-flight request's
-objects again and again (see ``proxy.app``)."""
+objects again and again (see ``proxy.server.app``)."""
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2

@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.app import create_app
 from proxy.config import Settings
 from proxy.log import configure_logging
+from proxy.server.app import create_app
 from tests.fixtures_upstream import fake_upstream, fake_upstream_factory  # noqa: F401
 
 

@@ -96,7 +96,7 @@ def test_example_config_loads_and_shows_every_key() -> None:
 
 def test_config_flag_after_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`handoff models NAME --config X` reads X, as `handoff --config X models NAME` does."""
-    from proxy.cli import main
+    from proxy.cli.main import main
 
     path = _write(tmp_path, '[models."house-model"]\ncontext_window = 12345\n')
     for argv in (
@@ -111,9 +111,9 @@ def test_config_flag_after_the_command(tmp_path: Path, capsys: pytest.CaptureFix
 def test_history_cache_bytes_sizes_both_reuse_caches(tmp_path: Path) -> None:
     """``server.history_cache_bytes`` bounds the resent bodies and the turn memos alike;
     0 turns reuse off: a resent history is then parsed whole again."""
-    from proxy.app import ENGINE, create_app
-    from proxy.parse import parse_chat
-    from proxy.services import SERVICES, history_cache
+    from proxy.ingress.chat_completions import parse_chat
+    from proxy.server.app import ENGINE, create_app
+    from proxy.server.services import SERVICES, history_cache
 
     path = _write(tmp_path, "[server]\nhistory_cache_bytes = 1048576\n[store]\nenabled = false\n")
     app = create_app(load_settings(path))

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.resent import Resends
-from proxy.sse import read_answer
+from proxy.ingress.incremental_parse import Resends
+from proxy.upstream.sse import read_answer
 
 
 @dataclass(slots=True)  # not frozen: built every turn (see TurnRecord)

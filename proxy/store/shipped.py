@@ -3,7 +3,7 @@
 A client resends its whole history every turn, so shipping each body to the writer
 process whole moved ~500 KB a turn at 500 turns through the kernel, and the writer
 then rebuilt and re-parsed each body. The proxy's parse already found what a body
-resends (:class:`~proxy.resent.Resends`): an earlier body's first ``n`` messages,
+resends (:class:`~proxy.ingress.incremental_parse.Resends`): an earlier body's first ``n`` messages,
 then the bytes orjson parsed (the body with those messages cut out). When that
 earlier body was shipped, and is still held, the proxy ships only ``n`` and those
 bytes; the writer, holding the earlier body's messages, rebuilds the new parse as
@@ -23,7 +23,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Generic, TypeVar
 
-from proxy.resent import WORTH_REUSING, Resends
+from proxy.ingress.incremental_parse import WORTH_REUSING, Resends
 
 MIN_SAVED = 4 << 10
 """A body saving fewer bytes than this is shipped whole: the reference would save too

@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from proxy.resent import Resends
-from proxy.sse import read_answer
+from proxy.ingress.incremental_parse import Resends
 from proxy.store.base import Decision, TurnRecord, request_params, settled
 from proxy.store.shipped import HeldMessages, ShippedBodies
+from proxy.upstream.sse import read_answer
 
 TURN, CALIBRATION = b"T", b"C"
 _HEAD = struct.Struct("<cIIIQQIQ")  # kind, 3 lengths, seq, base + 1 (0: none), messages, size

@@ -1,0 +1,1 @@
+"""The ``handoff`` command line: one module per command."""

@@ -1,0 +1,82 @@
+"""``handoff serve``: run the proxy."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from aiohttp import web
+
+from proxy.config import Settings, load_settings
+from proxy.log import configure_logging
+from proxy.process_tuning import tune_malloc
+from proxy.server.app import create_app
+from proxy.server.build import store_writer
+
+DEFAULT_UPSTREAM = "https://api.openai.com/v1"
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("serve", help="run the proxy")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8787)")
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="catch-all upstream base URL, e.g. https://api.openai.com/v1",
+    )
+    p.add_argument("--store", metavar="PATH", help="snapshot store file (SQLite)")
+    p.add_argument("--no-store", action="store_true", help="do not record snapshots")
+    p.add_argument("--log-format", choices=["console", "json"])
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    server: dict[str, Any] = {}
+    for key in ("host", "port", "log_format"):
+        if getattr(args, key, None) is not None:
+            server[key] = getattr(args, key)
+    store: dict[str, Any] = {}
+    if getattr(args, "store", None):
+        store["path"] = args.store
+    if getattr(args, "no_store", False):
+        store["enabled"] = False
+    overrides: dict[str, Any] = {}
+    if server:
+        overrides["server"] = server
+    if store:
+        overrides["store"] = store
+    return load_settings(args.config, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    configure_logging(settings.server.log_format)
+    tune_malloc()
+    catch_all = args.upstream
+    if not settings.upstreams and not catch_all:
+        catch_all = DEFAULT_UPSTREAM
+        print(
+            f"no upstream configured: forwarding every model to {DEFAULT_UPSTREAM} "
+            "(use --upstream URL or [[upstreams]] in the config)",
+            flush=True,
+        )
+    app = create_app(settings, catch_all=catch_all)
+    where = f"http://{settings.server.host}:{settings.server.port}/v1"
+    print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
+    web.run_app(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        handler_cancellation=True,
+        shutdown_timeout=settings.server.shutdown_grace_s,
+        print=None,
+        access_log=None,
+    )
+    return 0
+
+
+def _snapshots(settings: Settings) -> str:
+    if not settings.store.enabled:
+        return "snapshots off"
+    return f"snapshots in {settings.store_path()} (writer: {store_writer(settings.store)})"

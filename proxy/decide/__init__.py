@@ -1,0 +1,1 @@
+"""Decide: windows, token counts and budgets; migrate or compress, and with what."""

@@ -1,0 +1,110 @@
+"""How many prompt tokens a request may use: ``window - reserved output - margin``.
+
+Reserved output is what the request asks for (``max_completion_tokens``, else
+``max_tokens``), else ``min(model max output, tokens.default_max_output_tokens)``.
+The margin is a fraction of the window: the model override's ``margin`` if set,
+else ``tokens.margin`` for exact counts and the wider ``tokens.approx_margin`` for
+approximate ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.config import TokenSettings
+from proxy.decide.windows import ModelInfo
+from proxy.errors import ContextTooLarge
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The numbers behind a fits/does-not-fit decision, all in tokens."""
+
+    window: int
+    reserved_output: int
+    margin: int
+    budget: int
+
+    def fits(self, tokens: int) -> bool:
+        return tokens <= self.budget
+
+
+def compute_budget(
+    info: ModelInfo,
+    body: Mapping[str, Any],
+    tokens: TokenSettings,
+    exact: bool,
+    override_margin: float | None = None,
+) -> Budget:
+    """The prompt budget for ``body`` sent to the model described by ``info``."""
+    reserved = requested_output(body)
+    if reserved is None:
+        reserved = min(info.max_output_tokens, tokens.default_max_output_tokens)
+    if override_margin is not None:
+        fraction = override_margin
+    else:
+        fraction = tokens.margin if exact else tokens.approx_margin
+    margin = math.ceil(info.context_window * fraction)
+    budget = max(0, info.context_window - reserved - margin)
+    return Budget(info.context_window, reserved, margin, budget)
+
+
+def requested_output(body: Mapping[str, Any]) -> int | None:
+    """The output the request reserves (``max_completion_tokens``, else ``max_tokens``)."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def budget_headers(budget: Budget, tokens: int, exact: bool) -> dict[str, str]:
+    """The ``x-handoff-*`` response headers that show the decision's inputs."""
+    return {
+        "x-handoff-window": str(budget.window),
+        "x-handoff-budget": str(budget.budget),
+        "x-handoff-tokens": str(tokens),
+        "x-handoff-tokens-exact": "true" if exact else "false",
+    }
+
+
+def capped(budget: Budget, limit: int) -> Budget:
+    """The same budget lowered to ``limit`` (the difference added to the margin)."""
+    limit = max(0, min(budget.budget, limit))
+    margin = budget.window - budget.reserved_output - limit
+    return Budget(budget.window, budget.reserved_output, margin, limit)
+
+
+def too_large(model: str, budget: Budget, pinned: int) -> ContextTooLarge:
+    """The 400 for a request whose pinned messages (``pinned`` tokens) cannot fit."""
+    if budget.reserved_output >= budget.window - budget.margin:
+        return ContextTooLarge(
+            f"max_tokens / max_completion_tokens ({budget.reserved_output:,}) leaves no room "
+            f"for any prompt in {model}'s {budget.window:,}-token window. Lower it.",
+            param="max_tokens",
+        )
+    return ContextTooLarge(
+        f"This conversation cannot fit {model}: its system prompt and newest user "
+        f"message alone take {pinned:,} tokens, over the model's prompt budget of "
+        f"{budget.budget:,} (window {budget.window:,} minus {budget.reserved_output:,} "
+        f"reserved for output and a {budget.margin:,}-token margin). Shorten them, lower "
+        "max_tokens, or use a model with a larger window.",
+        param="messages",
+    )
+
+
+def decision_headers(
+    budget: Budget, tokens: int | None, exact: bool, action: str, applied: tuple[str, ...]
+) -> dict[str, str]:
+    """:func:`budget_headers` plus the decision and the policies that changed something
+    (no ``x-handoff-tokens`` when nothing was counted)."""
+    headers = budget_headers(budget, tokens or 0, exact)
+    if tokens is None:
+        del headers["x-handoff-tokens"]
+    headers["x-handoff-decision"] = action
+    if applied:
+        headers["x-handoff-policy"] = ",".join(applied)
+    return headers

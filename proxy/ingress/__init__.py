@@ -1,0 +1,1 @@
+"""Ingress: a client's request body as handoff understands it (parse, validate, reuse)."""

@@ -1,0 +1,1 @@
+"""Server: the aiohttp application, its endpoints, and what requests share."""

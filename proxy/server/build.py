@@ -1,0 +1,99 @@
+"""Assemble the request path's parts from settings (no I/O here; the app starts them)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from policies.base import Message, Summarize
+from proxy.config import Settings, StoreSettings
+from proxy.decide.engine import Engine, SummarizerFactory
+from proxy.decide.summarizer import Summarizer
+from proxy.decide.tokens import Calibration, TokenCounter
+from proxy.decide.windows import WindowRegistry
+from proxy.ingress.chat_request import ChatRequest
+from proxy.server.metrics import Metrics
+from proxy.store.base import Store
+from proxy.store.process import ProcessStore
+from proxy.store.sqlite import SqliteStore
+from proxy.upstream.routing import Router, Upstream
+
+
+def build_engine(
+    settings: Settings,
+    router: Router,
+    *,
+    tokens: TokenCounter | None = None,
+    metrics: Metrics | None = None,
+) -> Engine:
+    registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
+    return Engine(
+        settings,
+        registry,
+        tokens or TokenCounter(settings.tokens.cache_size),
+        Calibration(),
+        summarizers=summarizer_factory(settings, router, metrics),
+    )
+
+
+def summarizer_factory(
+    settings: Settings, router: Router, metrics: Metrics | None
+) -> SummarizerFactory:
+    """Summaries go to ``compression.summarize.upstream`` (default: the request's own),
+    with that upstream's key, or the client's when the upstream has none."""
+    cfg = settings.compression.summarize
+
+    def make(req: ChatRequest, up: Upstream, client_headers: Mapping[str, str]) -> Summarize | None:
+        target = router.by_name(cfg.upstream) if cfg.upstream else up
+        if target is None or target.session is None:
+            return None
+        summarizer = Summarizer(
+            target.session,
+            target.base_url,
+            dict(target.request_headers(client_headers)),
+            cfg.model or req.model,
+            cfg.timeout_s,
+            cfg.max_tokens,
+        )
+        if metrics is None:
+            return summarizer
+
+        async def counted(messages: Sequence[Message], previous: str | None) -> str:
+            try:
+                text = await summarizer(messages, previous)
+            except Exception:
+                metrics.summarizer_calls.labels("error").inc()
+                raise
+            metrics.summarizer_calls.labels("ok").inc()
+            return text
+
+        return counted
+
+    return make
+
+
+def store_writer(s: StoreSettings) -> str:
+    """``store.writer`` resolved: auto is a process when this process may use >1 CPU."""
+    if s.writer == "auto":
+        return "process" if len(os.sched_getaffinity(0)) > 1 else "thread"
+    return s.writer
+
+
+def open_store(settings: Settings) -> Store | None:
+    if not settings.store.enabled:
+        return None
+    s = settings.store
+    if store_writer(s) == "process":
+        return ProcessStore(
+            settings.store_path(),
+            flush_interval_s=s.flush_interval_s,
+            redact=s.redact,
+            max_bytes=s.max_bytes,
+            log_format=settings.server.log_format,
+        )
+    return SqliteStore(
+        settings.store_path(),
+        flush_interval_s=s.flush_interval_s,
+        redact=s.redact,
+        max_bytes=s.max_bytes,
+    )

@@ -1,0 +1,241 @@
+"""``POST /v1/chat/completions``: parse → route → plan → forward → relay → record.
+
+The plan (migrate or compress) comes from the :class:`~proxy.server.services.Planner`.
+If the upstream still answers a context-length error, the request is planned again
+against the limit the error names and retried once; for streams this works
+because such an error arrives as JSON before any event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from proxy.errors import BodyTooLarge, HandoffError, StoreUnavailable
+from proxy.ingress.chat_completions import parse_chat
+from proxy.ingress.chat_request import ChatRequest
+from proxy.server.request_log import request_fields
+from proxy.server.services import SERVICES, Plan, Services
+from proxy.server.workspace import session_hint, workspace_for
+from proxy.store.base import TurnRecord, request_params
+from proxy.upstream.forward import (
+    StreamOutcome,
+    is_sse,
+    read_body,
+    relay_stream,
+    response_headers,
+    send,
+)
+from proxy.upstream.overflow import context_limit
+from proxy.upstream.routing import Upstream
+from proxy.upstream.sse import ReplyAssembler, read_answer
+
+log = structlog.get_logger("handoff.chat")
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes:
+    """The whole body, or :class:`BodyTooLarge` as soon as it passes ``limit``."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(request.content_length, limit)
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.readany():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(size, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> BodyTooLarge:
+    return BodyTooLarge(
+        f"The request body ({size:,} bytes or more) exceeds handoff's limit of {limit:,} "
+        "bytes (server.max_body_bytes)."
+    )
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What is learnt about one exchange while it runs; frozen into a TurnRecord."""
+
+    status: int = 0
+    streamed: bool = False
+    reply: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    error: dict[str, Any] | None = None
+    cancelled: bool = False
+    bytes_out: int = 0
+    raw: bytes | None = None
+    retried: bool = False
+    json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
+
+    def settle(self) -> None:
+        """Read reply, usage and error out of a non-streamed answer."""
+        if self.json_body is not None:
+            self.reply, self.finish_reason, self.usage, error = read_answer(
+                self.status, self.json_body
+            )
+            self.error = error or self.error
+            self.json_body = None
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICES]
+    raw = await read_limited(request, svc.settings.server.max_body_bytes)
+    req = parse_chat(raw, svc.bodies)
+    up = svc.router.route(req.model)
+    fields = request_fields(request)
+    fields.update(model=req.model, upstream=up.name, stream=req.stream)
+    if svc.store is not None and svc.settings.store.required and not svc.store.health().ok:
+        raise StoreUnavailable(
+            "The snapshot store cannot write and store.required is set, so handoff refuses "
+            "to serve unrecorded. See /healthz for the store's error."
+        )
+    started, t0 = time.time(), time.perf_counter()
+    if svc.gate is not None and svc.gate.must_wait():
+        fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
+    plan = await svc.planner.plan(req, up, client_headers=request.headers)
+    turn = _Turn()
+    try:
+        return await _exchange(request, svc, req, up, plan, turn)
+    except asyncio.CancelledError:
+        turn.cancelled = True
+        raise
+    except HandoffError as e:
+        turn.status, turn.error = e.status, e.body()
+        raise
+    finally:
+        latency_ms = (time.perf_counter() - t0) * 1000
+        fields.update(
+            upstream_status=turn.status,
+            cancelled=turn.cancelled,
+            decision=plan.decision.action if plan.decision else None,
+            bytes_out=turn.bytes_out,
+        )
+        if svc.settings.server.log_content or (
+            turn.json_body is not None and svc.planner.wants_usage(plan)
+        ):
+            turn.settle()  # else the store's writer parses the answer, if it is recorded
+        if turn.usage is not None:
+            svc.planner.observe(req, plan, turn.usage)
+        svc.metrics.observe_chat(
+            request.path, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
+        )
+        if svc.settings.server.log_content:
+            # Debug only (server.log_content): what was asked, sent and answered.
+            log.info("content", messages=req.messages, forwarded=plan.forwarded, reply=turn.reply)
+        # Recorded once this task yields, so after the response is written: a chat client
+        # waiting for its answer does not wait for the store's bookkeeping too.
+        asyncio.get_running_loop().call_soon(
+            _record, svc, request, req, up, plan, turn, started, latency_ms
+        )
+
+
+async def _exchange(
+    request: web.Request, svc: Services, req: ChatRequest, up: Upstream, plan: Plan, turn: _Turn
+) -> web.StreamResponse:
+    headers = up.request_headers(request.headers)
+    path_qs = "/chat/completions" + (f"?{request.query_string}" if request.query_string else "")
+    while True:
+        resp = await send(up, "POST", path_qs, headers, plan.body, svc.timeout)
+        try:
+            turn.status = resp.status
+            if is_sse(resp):
+                turn.streamed = True
+                return await _relay_sse(request, svc, up, resp, plan, turn)
+            body = await read_body(up, resp)
+        finally:
+            resp.close()  # drops an unfinished stream's connection: the upstream stops
+        limit = context_limit(resp.status, body)
+        if limit is not None and not turn.retried and up.compress:
+            turn.retried = True
+            log.warning(
+                "upstream_context_overflow",
+                limit=limit,
+                retrying=True,
+                model=req.model,
+                upstream=up.name,
+            )
+            plan = await svc.planner.plan(req, up, hard_limit=limit, client_headers=request.headers)
+            continue
+        turn.json_body = body
+        turn.bytes_out = len(body)
+        return web.Response(
+            status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)
+        )
+
+
+async def _relay_sse(
+    request: web.Request, svc: Services, up: Upstream, resp: Any, plan: Plan, turn: _Turn
+) -> web.StreamResponse:
+    assembler = ReplyAssembler()
+    keep_raw = svc.settings.store.keep_raw_sse
+    raw_parts: list[bytes] = []
+
+    def tee(chunk: bytes) -> None:
+        assembler.feed(chunk)
+        if keep_raw:
+            raw_parts.append(chunk)
+
+    outcome = StreamOutcome()
+    try:
+        return await relay_stream(request, up, resp, plan.response_headers, tee, outcome)
+    finally:
+        turn.cancelled = outcome.cancelled
+        turn.bytes_out = outcome.bytes_out
+        turn.reply = assembler.reply()
+        turn.usage = assembler.usage
+        turn.finish_reason = assembler.finish_reason
+        turn.error = assembler.error
+        if outcome.upstream_error:
+            turn.error = {"error": {"message": outcome.upstream_error, "type": "upstream_error"}}
+        if keep_raw:
+            turn.raw = b"".join(raw_parts)
+
+
+def _record(
+    svc: Services,
+    request: web.Request,
+    req: ChatRequest,
+    up: Upstream,
+    plan: Plan,
+    turn: _Turn,
+    started: float,
+    latency_ms: float,
+) -> None:
+    if svc.store is None:
+        return
+    hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
+    # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
+    svc.store.record(
+        TurnRecord(
+            workspace_for(request.headers),  # workspace
+            started,  # started_at
+            req.model,  # model
+            up.name,  # upstream
+            req.messages,  # messages
+            turn.status,  # status
+            latency_ms,  # latency_ms
+            turn.streamed,  # streamed
+            hint,  # session_hint
+            plan.decision,  # decision
+            plan.forwarded,  # forwarded
+            turn.reply,  # reply
+            turn.usage,  # usage
+            turn.finish_reason,  # finish_reason
+            turn.error,  # error
+            turn.cancelled,  # cancelled
+            turn.raw,  # raw_response
+            request_params(req.body),  # request_params
+            req.raw,  # raw_request
+            req.resends,  # resends
+            turn.json_body,  # answer
+        )
+    )

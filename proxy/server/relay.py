@@ -1,0 +1,57 @@
+"""Every other path under ``/v1/``: forwarded as it is (method, query, headers, body).
+
+The upstream is chosen by the body's ``model`` when it is JSON and names one
+(``/v1/embeddings``, ``/v1/responses``…), else the default upstream.
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from proxy.server.chat import read_limited
+from proxy.server.request_log import request_fields
+from proxy.server.services import SERVICES
+from proxy.upstream.forward import (
+    StreamOutcome,
+    is_sse,
+    read_body,
+    relay_stream,
+    response_headers,
+    send,
+)
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICES]
+    body = (
+        await read_limited(request, svc.settings.server.max_body_bytes)
+        if request.can_read_body
+        else None
+    )
+    up = svc.router.route(_model_of(body)) if body else svc.router.default()
+    fields = request_fields(request)
+    fields["upstream"] = up.name
+    tail = request.match_info["tail"]
+    path_qs = "/" + tail + (f"?{request.query_string}" if request.query_string else "")
+    headers = up.request_headers(request.headers)
+    resp = await send(up, request.method, path_qs, headers, body, svc.timeout)
+    try:
+        fields["upstream_status"] = resp.status
+        if is_sse(resp):
+            return await relay_stream(request, up, resp, {}, lambda _: None, StreamOutcome())
+        data = await read_body(up, resp)
+    finally:
+        resp.close()  # drops an unfinished stream's connection: the upstream stops
+    return web.Response(status=resp.status, body=data, headers=response_headers(resp, {}))
+
+
+def _model_of(body: bytes) -> str | None:
+    if not body.lstrip().startswith(b"{"):
+        return None
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    model = parsed.get("model") if isinstance(parsed, dict) else None
+    return model if isinstance(model, str) else None

@@ -1,0 +1,149 @@
+"""Talking to an upstream and relaying its answer, bytes as they are.
+
+``send`` opens the upstream request and maps connection failures and timeouts to
+:class:`UpstreamUnreachable` / :class:`UpstreamTimeout`. A JSON answer is read
+whole (so the caller may inspect it, e.g. for a context-length retry); an SSE
+answer is relayed chunk by chunk as it arrives, never re-serialised, with a tee.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.errors import UpstreamTimeout, UpstreamUnreachable, error_body
+from proxy.upstream.routing import HOP_BY_HOP, Upstream
+
+# Response headers the proxy sets itself (the body may have been decompressed).
+_DROP_RESPONSE = HOP_BY_HOP | {"content-length", "content-encoding", "server", "date"}
+
+
+async def send(
+    up: Upstream,
+    method: str,
+    path_qs: str,
+    headers: CIMultiDict[str],
+    body: bytes | None,
+    timeout: aiohttp.ClientTimeout,
+) -> aiohttp.ClientResponse:
+    """Open a request to ``up``; returns the response once its headers arrived.
+
+    The caller must ``close()`` it (not ``release()``): an unfinished stream must drop
+    the connection so the upstream sees the cancel at once instead of generating on.
+    A plain coroutine, not a context manager: every await in the handler resumes
+    through each frame of the chain, so a shallower one is cheaper per request."""
+    assert up.session is not None, "upstream session not started"
+    try:
+        return await up.session.request(
+            method,
+            up.url(path_qs),
+            headers=headers,
+            data=body,
+            timeout=timeout,
+            allow_redirects=False,
+            ssl=up.ssl_context(),
+        )
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"Upstream {up.name!r} did not answer in time (timeouts.connect_s / "
+            "timeouts.read_s). Check that it is up, or raise the timeouts."
+        ) from None
+    except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError) as e:
+        raise UpstreamUnreachable(
+            f"TLS with upstream {up.name!r} at {up.base_url} failed: {e}. If it uses a "
+            "private CA or a self-signed certificate, set ca_bundle for it."
+        ) from None
+    except aiohttp.ClientConnectorError as e:
+        raise UpstreamUnreachable(
+            f"Cannot connect to upstream {up.name!r} at {up.base_url}: {e.os_error or e}. "
+            "Check that it is running and that base_url is right."
+        ) from None
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+        raise UpstreamUnreachable(
+            f"Upstream {up.name!r} closed the connection before answering ({type(e).__name__})."
+        ) from None
+    except aiohttp.ClientError as e:
+        raise UpstreamUnreachable(f"Upstream {up.name!r} failed: {type(e).__name__}: {e}") from None
+
+
+def is_sse(resp: aiohttp.ClientResponse) -> bool:
+    """From the raw header: ``resp.content_type`` parses it in full, per request."""
+    ctype = resp.headers.get("Content-Type", "")
+    return ctype[:17].lower() == "text/event-stream" and ctype[17:18] in ("", ";", " ")
+
+
+async def read_body(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
+    try:
+        return await resp.read()
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"Upstream {up.name!r} stopped sending its answer (timeouts.read_s)."
+        ) from None
+    except aiohttp.ClientError as e:
+        raise UpstreamUnreachable(
+            f"Upstream {up.name!r} broke off its answer: {type(e).__name__}."
+        ) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _relayed(name: str) -> bool:
+    """Cached by the name as the upstream spelled it (the same few on every answer)."""
+    return name.lower() not in _DROP_RESPONSE
+
+
+def response_headers(resp: aiohttp.ClientResponse, extra: Mapping[str, str]) -> CIMultiDict[str]:
+    out = CIMultiDict([(k, v) for k, v in resp.headers.items() if _relayed(k)])
+    if extra:
+        out.update(extra)
+    return out
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    bytes_out: int = 0
+    cancelled: bool = False
+    upstream_error: str | None = None
+
+
+async def relay_stream(
+    request: web.Request,
+    up: Upstream,
+    resp: aiohttp.ClientResponse,
+    extra_headers: Mapping[str, str],
+    tee: Callable[[bytes], None],
+    outcome: StreamOutcome,
+) -> web.StreamResponse:
+    """Relay an SSE body chunk by chunk. A client that goes away cancels this task
+    (handler cancellation); the caller then closes the upstream response."""
+    out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
+    out.headers["X-Accel-Buffering"] = "no"
+    out.headers.setdefault("Cache-Control", "no-cache")
+    try:
+        await out.prepare(request)
+        async for chunk in resp.content.iter_any():
+            tee(chunk)
+            await out.write(chunk)
+            outcome.bytes_out += len(chunk)
+    except (ConnectionResetError, asyncio.CancelledError):
+        outcome.cancelled = True
+        raise
+    except (TimeoutError, aiohttp.ClientError) as e:
+        # Headers are gone already: say it in-band, as OpenAI does, then end.
+        outcome.upstream_error = f"{type(e).__name__}"
+        msg = f"Upstream {up.name!r} broke off the stream ({type(e).__name__})."
+        code = "upstream_timeout" if isinstance(e, TimeoutError) else "upstream_unreachable"
+        event = b"data: " + orjson.dumps(error_body(msg, "upstream_error", None, code)) + b"\n\n"
+        try:
+            await out.write(event)
+        except ConnectionResetError:
+            outcome.cancelled = True
+            raise
+    await out.write_eof()
+    return out

@@ -1,0 +1,110 @@
+"""The summarizer client against a small aiohttp server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from proxy.decide.summarizer import SYSTEM_PROMPT, Summarizer, SummarizerError, render_transcript
+
+CONV: list[dict[str, Any]] = [
+    {"role": "user", "content": "Fix the parser in src/app.py"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "x" * 50_000},
+    {"role": "assistant", "content": [{"type": "text", "text": "Fixed."}]},
+]
+
+
+async def _server(aiohttp_server: Any, handler: Any) -> TestServer:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    server: TestServer = await aiohttp_server(app)
+    return server
+
+
+async def _call(server: TestServer, previous: str | None = None, timeout: float = 5) -> str:
+    async with aiohttp.ClientSession() as session:
+        s = Summarizer(
+            session,
+            str(server.make_url("/v1")),
+            {"authorization": "Bearer k"},
+            "cheap",
+            timeout,
+            99,
+        )
+        return await s(CONV, previous)
+
+
+async def test_posts_prompt_and_returns_summary(aiohttp_server: Any) -> None:
+    """It posts model, max_tokens, the six-section prompt and the transcript; returns content."""
+    seen: list[dict[str, Any]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append({"auth": request.headers.get("authorization"), **await request.json()})
+        return web.json_response({"choices": [{"message": {"content": " ## Goal\nfix "}}]})
+
+    server = await _server(aiohttp_server, handler)
+    assert await _call(server, previous="old summary") == "## Goal\nfix"
+    body = seen[0]
+    assert body["auth"] == "Bearer k" and body["model"] == "cheap" and body["max_tokens"] == 99
+    assert body["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+    user = body["messages"][1]["content"]
+    assert "old summary" in user and "src/app.py" in user and "read c1" in user
+    assert len(user) < 10_000, "huge tool output not clipped in the transcript"
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        web.json_response({"error": "boom"}, status=500),
+        web.Response(body=b"not json"),
+        web.json_response({"choices": []}),
+        web.json_response({"choices": [{"message": {"content": "  "}}]}),
+    ],
+)
+async def test_bad_answers_raise(aiohttp_server: Any, response: web.Response) -> None:
+    """A non-200, malformed or empty answer raises SummarizerError."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return response
+
+    server = await _server(aiohttp_server, handler)
+    with pytest.raises(SummarizerError):
+        await _call(server)
+
+
+async def test_timeout_raises(aiohttp_server: Any) -> None:
+    """A summarizer slower than its timeout raises SummarizerError."""
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({})
+
+    server = await _server(aiohttp_server, handler)
+    try:
+        with pytest.raises(SummarizerError, match="timed out"):
+            await _call(server, timeout=0.05)
+    finally:
+        release.set()
+
+
+def test_transcript_is_compact() -> None:
+    """Tool calls are one line, parts become text, huge outputs are clipped in the middle."""
+    text = render_transcript(CONV, max_tool_chars=100)
+    assert "[assistant calls read c1] {}" in text
+    assert "[tool result c1]" in text and "characters omitted" in text
+    assert "[assistant]\nFixed." in text
+    assert orjson.dumps(CONV)  # input untouched and serialisable

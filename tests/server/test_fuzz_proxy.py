@@ -1,0 +1,476 @@
+"""Bad input through the running proxy: every request gets a clear OpenAI-shaped 4xx from
+handoff, or reaches the upstream byte for byte (the upstream judges it). None gets a 500
+from handoff, and every request that reached the upstream is snapshotted.
+
+Hypothesis runs in a worker thread (its test functions are synchronous) and sends each
+case through the event loop that serves the proxy and the fake upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from pytest_aiohttp import AiohttpServer
+
+from proxy.ingress.chat_completions import MAX_DEPTH
+from proxy.store.read import SqliteReader
+from tests.conftest import MakeProxy, ProxyHandle
+from tests.fake_upstream import ROLES, FakeUpstream
+
+MODELS = {
+    "small-8k": {"context_window": 8192, "max_output_tokens": 1024, "tokenizer": "o200k_base"},
+    "big-1m": {"context_window": 1_000_000, "max_output_tokens": 1024, "tokenizer": "o200k_base"},
+}
+KNOWN_MODELS = ["gpt-4o-mini", "small-8k", "big-1m"]
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+CONTENT_TYPES = [
+    "application/json",
+    "application/json; charset=latin-1",
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+    None,  # no Content-Type header at all
+]
+
+
+@dataclass
+class Outcome:
+    """One case: the proxy's answer and what the upstream saw and said."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    forwarded: list[bytes]  # chat request bodies the upstream received for this case
+    upstream_statuses: list[int]
+
+
+@dataclass
+class Rig:
+    """The proxy (store on) in front of a fake upstream whose answers are recorded."""
+
+    proxy: ProxyHandle
+    fake: FakeUpstream
+    statuses: list[int]
+    db: Path
+    client: aiohttp.ClientSession
+    tried: int = 0
+    reached: int = 0
+    upstream_5xx: int = 0
+    seen: list[str] = field(default_factory=list)
+
+    async def send(self, raw: bytes, content_type: str | None = "application/json") -> Outcome:
+        n0, s0 = len(self.fake.chat_requests), len(self.statuses)
+        headers = {"Authorization": "Bearer sk-fuzz"}
+        skip: list[str] = []
+        if content_type is None:
+            skip.append("Content-Type")
+        else:
+            headers["Content-Type"] = content_type
+        async with self.client.post(
+            self.proxy.url + "/chat/completions",
+            data=raw,
+            headers=headers,
+            skip_auto_headers=skip,
+        ) as r:
+            body = await r.read()
+            out = Outcome(
+                r.status,
+                dict(r.headers),
+                body,
+                [q.body for q in self.fake.chat_requests[n0:]],
+                self.statuses[s0:],
+            )
+        self.tried += 1
+        self.reached += bool(out.forwarded)
+        self.upstream_5xx += any(s >= 500 for s in out.upstream_statuses)
+        return out
+
+    def check(self, raw: bytes, out: Outcome) -> None:
+        """The invariant: handoff answers a clear 4xx itself, or forwards untouched."""
+        if out.status >= 500:
+            assert any(s >= 500 for s in out.upstream_statuses), (out.status, out.body[:300])
+            assert b"handoff hit an internal error" not in out.body
+        if not out.forwarded:
+            assert 400 <= out.status < 500, (out.status, out.body[:300])
+            error = json.loads(out.body)["error"]
+            assert set(error) == {"message", "type", "param", "code"}
+            assert isinstance(error["message"], str) and len(error["message"]) > 10
+            assert error["type"] == "invalid_request_error"
+        elif out.headers.get("x-handoff-decision") != "compressed":
+            assert out.forwarded[0] == raw  # passthrough is byte-identical
+
+    async def recorded_turns(self) -> int:
+        def count() -> int:
+            sessions = SqliteReader(self.db).list_sessions(limit=10**9)
+            return sum(int(s["turns"]) for s in sessions)
+
+        return await asyncio.to_thread(count)
+
+    async def assert_all_recorded(self) -> None:
+        """Every case that reached the upstream is a turn in the store, and none failed."""
+        async with asyncio.timeout(15):
+            while (turns := await self.recorded_turns()) < self.reached:
+                await asyncio.sleep(0.05)
+        assert turns == self.reached
+        async with self.client.get(self.proxy.root + "/healthz") as r:
+            health = await r.json()
+        assert r.status == 200
+        assert health["store"]["ok"] and health["store"]["write_failures"] == 0
+
+    def report(self, what: str) -> None:
+        print(
+            f"\nfuzz {what}: {self.tried} cases, {self.reached} reached the upstream, "
+            f"{self.tried - self.reached} answered by handoff, "
+            f"{self.upstream_5xx} upstream-made 5xx relayed"
+        )
+
+
+@pytest.fixture
+async def rig(aiohttp_server: AiohttpServer, make_proxy: MakeProxy, tmp_path: Path) -> Any:
+    """A recorded fake upstream, the proxy with its store in tmp_path, and a client."""
+    fake = FakeUpstream()
+    statuses: list[int] = []
+
+    @web.middleware
+    async def record_status(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        chat = request.path.endswith("/chat/completions")
+        try:
+            resp = await handler(request)
+        except web.HTTPException as e:
+            statuses.append(e.status) if chat else None
+            raise
+        except Exception:
+            statuses.append(500) if chat else None
+            raise
+        if chat:
+            statuses.append(resp.status)
+        return resp
+
+    app = fake.app()
+    app.middlewares.append(record_status)
+    server = await aiohttp_server(app, host="127.0.0.1", shutdown_timeout=1.0)
+    fake.attach(str(server.make_url("/v1")), server.close)
+    db = tmp_path / "fuzz.db"
+    proxy = await make_proxy(
+        fake.url, store={"path": str(db)}, tokens={"discover": False}, models=MODELS
+    )
+    async with aiohttp.ClientSession() as client:
+        yield Rig(proxy, fake, statuses, db, client)
+
+
+def run_cases(rig: Rig) -> Callable[[bytes, str | None], Outcome]:
+    """A synchronous sender for hypothesis, bound to the test's event loop."""
+    loop = asyncio.get_running_loop()
+
+    def send(raw: bytes, content_type: str | None = "application/json") -> Outcome:
+        out = asyncio.run_coroutine_threadsafe(rig.send(raw, content_type), loop).result(60)
+        rig.check(raw, out)
+        return out
+
+    return send
+
+
+# ---------------------------------------------------------------- strategies
+
+leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=30),
+)
+json_values = st.recursive(
+    leaf,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+huge_numbers = st.one_of(
+    st.integers(min_value=2**63 - 2, max_value=2**80),
+    st.integers(min_value=-(2**80), max_value=-1),
+    st.sampled_from([1e308, -1e308, 5e-324, 0.5]),
+)
+roles = st.one_of(st.sampled_from(ROLES), st.text(max_size=10), json_values)
+part = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "image_url", "input_audio", "file"]) | st.text(max_size=6)},
+    optional={k: json_values for k in ("text", "image_url", "input_audio", "file")},
+)
+tool_call = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": st.text(max_size=8) | json_values,
+        "type": st.just("function") | json_values,
+        "function": st.fixed_dictionaries(
+            {}, optional={"name": st.text(max_size=8) | json_values, "arguments": json_values}
+        )
+        | json_values,
+    },
+)
+message = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": roles,
+        "content": st.one_of(
+            st.text(max_size=300), st.none(), st.lists(part | json_values, max_size=3), json_values
+        ),
+        "name": json_values,
+        "tool_calls": st.lists(tool_call, max_size=2) | json_values,
+        "tool_call_id": st.text(max_size=8) | json_values,
+        "x_unknown": json_values,
+    },
+)
+chat_bodies = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(KNOWN_MODELS) | json_values,
+        "messages": st.lists(message, max_size=6) | json_values,
+    },
+    optional={
+        "stream": st.booleans() | json_values,
+        "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}) | json_values,
+        "max_tokens": huge_numbers | json_values,
+        "max_completion_tokens": huge_numbers,
+        "tools": st.lists(st.fixed_dictionaries({"type": st.just("function")}), max_size=2)
+        | json_values,
+        "temperature": huge_numbers,
+        "x_vendor_field": json_values,
+    },
+)
+
+# Bodies handoff's parser accepts, with wild contents the engine must still survive.
+accepted_content = st.one_of(
+    st.text(max_size=300),
+    st.none(),
+    st.lists(part | st.dictionaries(st.text(max_size=6), json_values), max_size=3),
+)
+accepted_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(ROLES) | st.text(max_size=10), "content": accepted_content},
+    optional={
+        "name": json_values,
+        "tool_calls": st.lists(tool_call, max_size=2),
+        "tool_call_id": st.text(max_size=8) | json_values,
+        "refusal": json_values,
+        "x_unknown": json_values,
+    },
+)
+accepted_bodies = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from([*KNOWN_MODELS, "unknown-model"]),
+        "messages": st.lists(accepted_message, min_size=1, max_size=8),
+    },
+    optional={
+        "stream": st.booleans(),
+        "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
+        "max_tokens": huge_numbers | st.integers(0, 2000),
+        "tools": json_values,
+        "n": huge_numbers,
+        "x_vendor_field": json_values,
+    },
+)
+
+
+# ---------------------------------------------------------------- properties
+
+
+async def test_arbitrary_json_bodies(rig: Rig) -> None:
+    """Any JSON value as the body: a clear 4xx from handoff or an untouched forward."""
+    send = run_cases(rig)
+
+    @FUZZ
+    @given(json_values, st.booleans())
+    @example([], False)
+    @example("a string", True)
+    @example({"model": "gpt-4o-mini"}, False)
+    @example({"messages": [{"role": "user", "content": "hi"}]}, False)
+    def prop(value: Any, ascii_only: bool) -> None:
+        send(json.dumps(value, ensure_ascii=ascii_only).encode(), "application/json")
+
+    await asyncio.to_thread(prop)
+    rig.report("arbitrary JSON")
+    await rig.assert_all_recorded()
+
+
+async def test_malformed_chat_requests(rig: Rig) -> None:
+    """Wrong types, unknown roles and fields, huge numbers: never a 500, never unrecorded."""
+    send = run_cases(rig)
+
+    @FUZZ
+    @given(chat_bodies)
+    @example({"model": "gpt-4o-mini", "messages": {"role": "user"}})
+    @example({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": 5}]})
+    @example({"model": "gpt-4o-mini", "messages": [{"content": "no role"}]})
+    @example({"model": "gpt-4o-mini", "messages": [{"role": "wizard", "content": "hi"}]})
+    @example({"model": "gpt-4o-mini", "messages": [], "x_unknown": {"a": [1]}})
+    @example({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+              "max_tokens": 18446744073709551616})  # fmt: skip
+    @example({"model": 7, "messages": [{"role": "user", "content": "hi"}]})
+    @example({"model": "small-8k", "messages": [{"role": "user", "content": [{"type": 3}]}],
+              "stream": True, "stream_options": 5})  # fmt: skip
+    def prop(body: dict[str, Any]) -> None:
+        send(json.dumps(body).encode(), "application/json")
+
+    await asyncio.to_thread(prop)
+    rig.report("malformed chat requests")
+    await rig.assert_all_recorded()
+
+
+async def test_accepted_bodies_with_wild_contents(rig: Rig) -> None:
+    """Bodies handoff accepts but cannot vouch for reach the upstream and are recorded."""
+    send = run_cases(rig)
+
+    @FUZZ
+    @given(accepted_bodies)
+    @example(
+        {
+            "model": "gpt-4o-mini",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": 7}]}],
+        }
+    )
+    @example({"model": "small-8k", "messages": [{"role": "assistant", "content": None,
+              "tool_calls": [{"function": 5}]}, {"role": "user", "content": "hi"}]})  # fmt: skip
+    @example({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+              "max_tokens": 2**64})  # fmt: skip
+    @example({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": None}],
+              "max_tokens": 9_223_372_036_854_775_806})  # fmt: skip
+    def prop(body: dict[str, Any]) -> None:
+        out = send(json.dumps(body).encode(), "application/json")
+        if not out.forwarded:  # only a reservation no window can hold is refused
+            assert json.loads(out.body)["error"]["code"] == "context_length_exceeded"
+
+    await asyncio.to_thread(prop)
+    rig.report("accepted bodies, wild contents")
+    await rig.assert_all_recorded()
+
+
+VALID = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hello"}]}'
+
+
+async def test_bytes_encodings_and_content_types(rig: Rig) -> None:
+    """Random bytes, invalid UTF-8 and any Content-Type: a clear 400 or an untouched forward."""
+    send = run_cases(rig)
+
+    @FUZZ
+    @given(
+        st.one_of(
+            st.binary(max_size=200),
+            st.tuples(st.integers(0, len(VALID)), st.binary(min_size=1, max_size=4)).map(
+                lambda t: VALID[: t[0]] + t[1] + VALID[t[0] :]
+            ),
+            st.just(VALID),
+        ),
+        st.sampled_from(CONTENT_TYPES),
+    )
+    @example(b"", "application/json")
+    @example(b"   \n", None)
+    @example(VALID.replace(b"hello", b"\xff\xfe\xc3("), "application/json")
+    @example(VALID.replace(b'"hello"', b'"\\ud800"'), "application/json")
+    @example(VALID.replace(b"}]", b'}], "n": 1e400'), "application/json")
+    @example(VALID, "text/plain")
+    @example(VALID, None)
+    def prop(raw: bytes, content_type: str | None) -> None:
+        out = send(raw, content_type)
+        if raw == VALID:
+            assert out.status == 200 and out.forwarded == [VALID]
+
+    await asyncio.to_thread(prop)
+    rig.report("bytes and content types")
+    await rig.assert_all_recorded()
+
+
+# ---------------------------------------------------------------- sizes and depth
+
+
+def _nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _nested(10_000).encode(),
+        ('{"model": "gpt-4o-mini", "messages": ' + _nested(10_000) + "}").encode(),
+        (
+            '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi", "x": '
+            + _nested(MAX_DEPTH)
+            + "}]}"
+        ).encode(),
+        (
+            '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "tools": '
+            + _nested(600)
+            + "}"
+        ).encode(),
+    ],
+    ids=["10k-arrays", "10k-in-messages", "past-store-limit-in-message", "600-in-tools"],
+)
+async def test_deep_nesting_is_a_clean_400(rig: Rig, raw: bytes) -> None:
+    """Nesting past what handoff can store or rewrite is a clear 400, never a 500."""
+    out = await rig.send(raw)
+    rig.check(raw, out)
+    assert out.status == 400 and not out.forwarded
+    message = json.loads(out.body)["error"]["message"]
+    assert "deep" in message or "depth limit" in message
+
+
+async def test_nesting_handoff_can_store_passes_untouched(rig: Rig) -> None:
+    """200 levels in an unknown field reach the upstream byte for byte and are recorded."""
+    raw = (
+        '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi", "x": '
+        + _nested(200)
+        + "}]}"
+    ).encode()
+    out = await rig.send(raw)
+    rig.check(raw, out)
+    assert out.status == 200 and out.forwarded == [raw]
+    await rig.assert_all_recorded()
+
+
+async def test_ten_thousand_messages(rig: Rig) -> None:
+    """10,000 messages pass to a large window untouched and are compressed for 8k."""
+    history = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i}"}
+        for i in range(10_000)
+    ]
+    for model, decision in (("big-1m", "passthrough"), ("small-8k", "compressed")):
+        raw = json.dumps({"model": model, "messages": history}).encode()
+        out = await rig.send(raw)
+        rig.check(raw, out)
+        assert out.status == 200, out.body[:300]
+        assert out.headers["x-handoff-decision"] == decision
+        assert json.loads(out.forwarded[-1])["messages"][-1] == history[-1]
+    await rig.assert_all_recorded()
+
+
+async def test_twenty_megabyte_message(rig: Rig) -> None:
+    """One 20 MB message: middle-cut to fit a known window, untouched for an unknown one."""
+    huge = "lorem ipsum dolor sit amet " * (20_000_000 // 27)
+    raw = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": huge}]})
+    out = await rig.send(raw.encode())
+    rig.check(raw.encode(), out)
+    assert out.status < 500
+    assert out.headers["x-handoff-decision"] == "compressed"
+    assert "oversized" in out.headers["x-handoff-policy"]
+    budget = int(out.headers["x-handoff-budget"])
+    assert int(out.headers["x-handoff-forwarded-tokens"]) <= budget
+    assert all(len(body) < 20 * budget for body in out.forwarded)
+    unknown = raw.replace('"gpt-4o-mini"', '"some-unknown-model"', 1).encode()
+    out = await rig.send(unknown)
+    rig.check(unknown, out)
+    assert out.forwarded == [unknown]  # no window known: the upstream judges (404 here)
+    assert out.status == 404
+    await rig.assert_all_recorded()

@@ -24,7 +24,8 @@ from typing import Any
 
 import orjson
 
-from proxy.store.base import Decision, TurnRecord
+from proxy.decide.decision import Decision
+from proxy.store.base import TurnRecord
 from proxy.store.db import connect
 from proxy.store.sqlite import SqliteStore
 

@@ -31,7 +31,8 @@ from typing import Any
 import orjson
 
 from bench.bench_store import turns as conversation_turns
-from proxy.store.base import Decision, TurnRecord
+from proxy.decide.decision import Decision
+from proxy.store.base import TurnRecord
 from proxy.store.db import connect
 from proxy.store.sqlite import SqliteStore
 

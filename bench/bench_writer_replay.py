@@ -34,9 +34,10 @@ from bench import conversation
 from bench.loadgen import conversation_bodies
 from bench.run import chat_body
 from bench.upstream import COMPLETION
+from proxy.decide.decision import Decision
 from proxy.ingress.incremental_parse import WORTH_REUSING, ResentBodies
 from proxy.process_tuning import raise_gc_threshold
-from proxy.store.base import Decision, TurnRecord
+from proxy.store.base import TurnRecord
 from proxy.store.db import connect
 from proxy.store.pacing import Pacer, yield_cpu
 from proxy.store.shipped import ShippedBodies

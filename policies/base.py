@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from policies.identity_memo import Recall
+from policies.identity_memo import IdentityMemo
 
 Message = Mapping[str, Any]
 
@@ -67,9 +67,9 @@ class Memo:
     messages are last turn's objects, the engine hands a conversation's next turn
     ``next()``, so a turn derives values for its new messages only."""
 
-    digests: Recall = field(default_factory=Recall)
-    contents: Recall = field(default_factory=Recall)
-    stubs: Recall = field(default_factory=Recall)
+    digests: IdentityMemo = field(default_factory=IdentityMemo)
+    contents: IdentityMemo = field(default_factory=IdentityMemo)
+    stubs: IdentityMemo = field(default_factory=IdentityMemo)
 
     def next(self) -> Memo:
         return Memo(self.digests.next(), self.contents.next(), self.stubs.next())

@@ -24,7 +24,6 @@ from policies.oversized import Oversized
 from policies.summarize import Summarize
 from policies.truncate import Truncate
 from policies.units import as_dicts, pinned
-from proxy.config import CompressionSettings
 
 POLICIES: Mapping[str, type] = MappingProxyType(
     {
@@ -65,25 +64,6 @@ class Compression:
     compression was needed)."""
     tokens_before: int
     tokens_after: int
-
-
-def build_chain(settings: CompressionSettings, has_summarizer: bool) -> list[Policy]:
-    """The configured policies in order; ``summarize`` is skipped without a summarizer."""
-    chain: list[Policy] = []
-    for name in settings.chain:
-        if name not in POLICIES:
-            raise ValueError(
-                f"compression.chain: unknown policy {name!r} (known: {', '.join(POLICIES)})"
-            )
-        if name == "elide-tool-results":
-            e = settings.elide
-            chain.append(ElideToolResults(e.keep, e.min_tokens, e.elide_arguments))
-        elif name == "summarize":
-            if has_summarizer:
-                chain.append(Summarize(settings.summarize.max_tokens))
-        else:
-            chain.append(POLICIES[name]())
-    return chain
 
 
 async def compress(

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from policies.base import CutState, Memo, Message, PolicyContext
-from policies.identity_memo import Recall
+from policies.identity_memo import IdentityMemo
 from policies.units import HANDOFF_MARK, TOOL_ROLES, Region, called_function
 
 _FP = re.compile(r"sha256:([0-9a-f]{16})\]?\"?\}?$")
@@ -37,12 +37,12 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode()
 
 
-def fingerprint(value: Any, memo: Recall | None = None) -> str:
+def fingerprint(value: Any, memo: IdentityMemo | None = None) -> str:
     """Short content hash carried by elision stubs."""
     return content_digest(value, memo)[0]
 
 
-def content_digest(value: Any, memo: Recall | None = None) -> tuple[str, int]:
+def content_digest(value: Any, memo: IdentityMemo | None = None) -> tuple[str, int]:
     """``value``'s fingerprint and canonical JSON size. ``memo`` (a context's
     ``contents``) keeps them by identity: a tool result is fingerprinted for its stub
     and again for the prefix hash, and it is the bulk of a long history's bytes."""
@@ -57,7 +57,7 @@ def content_digest(value: Any, memo: Recall | None = None) -> tuple[str, int]:
     return found
 
 
-def _fp_of(value: Any, memo: Recall | None) -> str:
+def _fp_of(value: Any, memo: IdentityMemo | None) -> str:
     """The fingerprint of original content, read back from a stub if ``value`` is one."""
     if isinstance(value, str) and value.startswith((HANDOFF_MARK, '{"' + ARGS_KEY)):
         m = _FP.search(value)
@@ -66,7 +66,7 @@ def _fp_of(value: Any, memo: Recall | None) -> str:
     return fingerprint(value, memo)
 
 
-def _canonical(m: Message, memo: Recall | None) -> Any:
+def _canonical(m: Message, memo: IdentityMemo | None) -> Any:
     role = m.get("role")
     if role in TOOL_ROLES:
         return {**m, "content": _fp_of(m.get("content"), memo)}
@@ -76,7 +76,7 @@ def _canonical(m: Message, memo: Recall | None) -> Any:
     return m
 
 
-def _canonical_call(call: Any, memo: Recall | None) -> Any:
+def _canonical_call(call: Any, memo: IdentityMemo | None) -> Any:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or "arguments" not in fn:
         return call
@@ -92,7 +92,7 @@ def prefix_hash(messages: Sequence[Message], memo: Memo | None = None) -> str:
         digests = [hashlib.sha256(dumps(_canonical(m, None))).digest() for m in messages]
         return hashlib.sha256(b"".join(digests)).hexdigest()
     known, contents = memo.digests, memo.contents
-    now, then = known.now, known.then  # Recall.get, inlined: this runs per message, often
+    now, then = known.now, known.then  # IdentityMemo.get, inlined: this runs per message, often
     out = []
     for m in messages:
         hit = now.get(id(m))

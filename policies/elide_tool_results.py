@@ -19,7 +19,7 @@ import orjson
 
 from policies.base import CutState, Message, PolicyContext, PolicyResult
 from policies.cuts import ARGS_KEY, content_digest, fingerprint, prefix_hash, size
-from policies.identity_memo import Recall
+from policies.identity_memo import IdentityMemo
 from policies.units import HANDOFF_MARK, TOOL_ROLES, as_dicts, called_function, tail_start
 
 
@@ -27,7 +27,7 @@ def _kb(n: int) -> str:
     return f"{n:,} B" if n < 1024 else f"{n / 1024:,.0f} KB"
 
 
-def tool_stub(message: Message, tokens: int, memo: Recall | None = None) -> dict[str, Any]:
+def tool_stub(message: Message, tokens: int, memo: IdentityMemo | None = None) -> dict[str, Any]:
     """The tool message with its content replaced by a stub (other fields kept)."""
     content = message.get("content")
     call = message.get("tool_call_id") or message.get("name") or "?"

@@ -5,7 +5,7 @@ objects of the last turn's parse (``proxy.ingress.incremental_parse``). So what 
 message last turn (its token count, its digest, its elision stub) still holds
 this turn if the object is the same, and a turn only pays for its new messages.
 
-A :class:`Recall` keeps each entry with a strong reference to its object, so an
+A :class:`IdentityMemo` keeps each entry with a strong reference to its object, so an
 ``id`` is never reused while its entry lives, and checks ``is`` on every hit. It
 is generational: this turn's table takes last turn's entries as they are used,
 and :meth:`next` starts the following turn from this one's, so what a turn no
@@ -19,7 +19,7 @@ from typing import Any
 Entries = dict[int, tuple[Any, Any]]
 
 
-class Recall:
+class IdentityMemo:
     """One kind of derived value, by object identity, for this turn and the last."""
 
     __slots__ = ("now", "then")
@@ -44,9 +44,9 @@ class Recall:
     def put(self, obj: Any, value: Any) -> None:
         self.now[id(obj)] = (obj, value)
 
-    def next(self) -> Recall:
+    def next(self) -> IdentityMemo:
         """A recall for the next turn, starting from what this one used."""
-        return Recall(self.now)
+        return IdentityMemo(self.now)
 
     def __len__(self) -> int:
         return len(self.now)

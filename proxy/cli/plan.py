@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from proxy.config import load_settings
+from proxy.decide.plan import Plan
 from proxy.errors import HandoffError
 from proxy.ingress.chat_completions import parse_chat
 from proxy.server.build import build_engine
-from proxy.server.services import Plan
 from proxy.upstream.routing import Router, Upstream
 
 

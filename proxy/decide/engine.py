@@ -21,7 +21,7 @@ import orjson
 import structlog
 
 from policies.base import CountTokens, PolicyContext, Summarize
-from policies.chain import Compression, build_chain, compress
+from policies.chain import Compression, compress
 from policies.errors import ContextTooLarge as PinnedTooLarge
 from proxy.config import Settings
 from proxy.decide.budget import (
@@ -33,12 +33,13 @@ from proxy.decide.budget import (
     too_large,
 )
 from proxy.decide.cut_memory import CutMemory, conversation_key
+from proxy.decide.decision import Decision
+from proxy.decide.plan import Plan
+from proxy.decide.policy_chain import build_chain
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.windows import ModelInfo, WindowRegistry
 from proxy.ingress.chat_request import ChatRequest
-from proxy.server.services import Plan
-from proxy.store.base import Decision
 from proxy.upstream.routing import Upstream
 
 log = structlog.get_logger("handoff.engine")

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from policies.base import Memo
-from policies.identity_memo import Recall
+from policies.identity_memo import IdentityMemo
 from proxy.decide.tokens import ModelCounter
 
 
@@ -22,7 +22,7 @@ class TurnMemo:
     counter: ModelCounter
     factor: float
     weight: int = 0  # the request body's size: what the memo keeps alive is about that
-    counts: Recall = field(default_factory=Recall)
+    counts: IdentityMemo = field(default_factory=IdentityMemo)
     policies: Memo = field(default_factory=Memo)
 
     def next(self, weight: int) -> TurnMemo:

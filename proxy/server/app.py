@@ -21,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proxy.config import Settings
 from proxy.decide.engine import Engine
+from proxy.decide.plan import Planner
 from proxy.decide.windows.discovery import fetch_model_windows
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.build import build_engine, open_store
@@ -29,7 +30,7 @@ from proxy.server.endpoint import CATCH_ALL, Endpoints, unmatched
 from proxy.server.inspect_api import add_inspect_routes
 from proxy.server.metrics import Metrics
 from proxy.server.relay import passthrough
-from proxy.server.services import SERVICES, Planner, Services, history_cache
+from proxy.server.services import SERVICES, Services, history_cache
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
 from proxy.store.process import ProcessStore

@@ -16,11 +16,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from proxy.decide.plan import Plan
 from proxy.errors import BodyTooLarge, HandoffError, StoreUnavailable
 from proxy.ingress.chat_completions import parse_chat
 from proxy.ingress.chat_request import ChatRequest
 from proxy.server.request_log import request_fields
-from proxy.server.services import SERVICES, Plan, Services
+from proxy.server.services import SERVICES, Services
 from proxy.server.workspace import session_hint, workspace_for
 from proxy.store.base import TurnRecord, request_params
 from proxy.upstream.forward import (

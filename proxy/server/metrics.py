@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from proxy.decide.decision import Decision
 from proxy.server.store_gate import StoreGate
-from proxy.store.base import Decision, Store
+from proxy.store.base import Store
 
 MAX_LABEL_SETS = 10_000
 OTHER_MODEL = "(other)"

@@ -12,8 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from proxy.decide.decision import Decision
 from proxy.store import portable, retention
-from proxy.store.base import Decision, TurnRecord
+from proxy.store.base import TurnRecord
 from proxy.store.db import connect
 from proxy.store.errors import InvalidDocument
 from proxy.store.indexer import index_all

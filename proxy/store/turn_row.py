@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 
+from proxy.decide.decision import Decision
 from proxy.store import forwarded as fwd
-from proxy.store.base import Decision, TurnRecord
+from proxy.store.base import TurnRecord
 from proxy.store.canonical import canonical, digest, extend_chain
 from proxy.store.history import pack_ids
 from proxy.store.known import Known

@@ -20,8 +20,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from proxy.decide.decision import Decision
 from proxy.ingress.incremental_parse import Resends
-from proxy.store.base import Decision, TurnRecord, request_params, settled
+from proxy.store.base import TurnRecord, request_params, settled
 from proxy.store.shipped import HeldMessages, ShippedBodies
 from proxy.upstream.sse import read_answer
 

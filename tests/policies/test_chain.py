@@ -1,4 +1,4 @@
-"""The chain: registry, build_chain, and compress's invariants over generated conversations."""
+"""The chain: compress's invariants over generated conversations."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from policies.base import CutState, Message, PolicyContext
-from policies.chain import POLICIES, Compression, build_chain, compress
+from policies.chain import Compression, compress
 from policies.elide_tool_results import ElideToolResults
 from policies.errors import ContextTooLarge
 from policies.middle_out import MiddleOut
 from policies.summarize import Summarize
 from policies.truncate import Truncate
 from policies.units import pinned
-from proxy.config import CompressionSettings
 from tests.strategies import check_invariants, conversations, count
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -115,30 +114,6 @@ def test_oversized_newest_user_message_is_middle_cut() -> None:
     assert last.startswith("START ") and last.endswith(" END")
     assert "characters cut from the middle of this message]" in last
     assert out.applied == ("truncate", "oversized")
-
-
-def test_build_chain_default_and_without_summarizer() -> None:
-    """The default chain is elide → summarize → truncate; summarize goes without a summarizer."""
-    s = CompressionSettings()
-    assert [p.name for p in build_chain(s, True)] == ["elide-tool-results", "summarize", "truncate"]
-    assert [p.name for p in build_chain(s, False)] == ["elide-tool-results", "truncate"]
-    assert set(POLICIES) >= {"elide-tool-results", "summarize", "truncate", "middle-out"}
-
-
-def test_build_chain_passes_elide_settings() -> None:
-    """Elide's keep/min_tokens/elide_arguments come from the settings."""
-    s = CompressionSettings.model_validate(
-        {"chain": ["elide-tool-results"], "elide": {"keep": 7, "min_tokens": 9}}
-    )
-    (elide,) = build_chain(s, False)
-    assert isinstance(elide, ElideToolResults) and (elide.keep, elide.min_tokens) == (7, 9)
-
-
-def test_build_chain_unknown_name() -> None:
-    """An unknown policy name is a ValueError that names it."""
-    s = CompressionSettings(chain=["truncate", "squash"])
-    with pytest.raises(ValueError, match="'squash'"):
-        build_chain(s, True)
 
 
 def test_fitting_input_keeps_previous_state() -> None:

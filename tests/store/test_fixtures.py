@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from proxy.store.base import Decision, TurnRecord
+from proxy.decide.decision import Decision
+from proxy.store.base import TurnRecord
 from proxy.store.sqlite import SqliteStore
 
 Msg = dict[str, Any]

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.store.base import Decision, TurnRecord, settled
+from proxy.decide.decision import Decision
+from proxy.store.base import TurnRecord, settled
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.shipped import HeldMessages, ShippedBodies

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import tiktoken
 
-from policies.identity_memo import Recall
+from policies.identity_memo import IdentityMemo
 from proxy.decide.tokens import chat
 from proxy.decide.tokens.encodings import ESTIMATE, EncodingLoader, LoadedEncoding, utf8_len
 from proxy.decide.tokens.images import (
@@ -98,7 +98,7 @@ class ModelCounter:
         return self._messages_tokens(_messages(body)) + self._fixed_tokens(body)
 
     def request_counter(
-        self, body: Mapping[str, Any], seen: Recall | None = None
+        self, body: Mapping[str, Any], seen: IdentityMemo | None = None
     ) -> Callable[[Sequence[Message]], int]:
         """A counter for candidate message lists sent with this body's other fields.
 
@@ -108,11 +108,11 @@ class ModelCounter:
         history's messages are that turn's objects); the content-hash cache is asked
         once per message it does not know."""
         fixed = self._fixed_tokens(body)
-        memo = seen if seen is not None else Recall()
+        memo = seen if seen is not None else IdentityMemo()
 
         def count(messages: Sequence[Message]) -> int:
             total, fresh = fixed, []
-            now, then = memo.now, memo.then  # Recall.get, inlined: it runs per message
+            now, then = memo.now, memo.then  # IdentityMemo.get, inlined: it runs per message
             for msg in messages:
                 hit = now.get(id(msg))
                 if hit is None or hit[0] is not msg:

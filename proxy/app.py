@@ -1,8 +1,8 @@
 """The aiohttp application: built by :func:`create_app` from validated settings.
 
 Every route is wrapped by :class:`~proxy.endpoint.Endpoints` (canonical log event,
-access key, OpenAI-shaped errors); there is no middleware, and unknown paths reach
-a catch-all route of their own.
+browser guard, access key, OpenAI-shaped errors); there is no middleware, and unknown
+paths reach a catch-all route of their own.
 State lives under the typed :data:`~proxy.services.SERVICES` key; upstream sessions
 and the store are opened and closed in ``cleanup_ctx`` generators (no globals).
 """
@@ -19,6 +19,7 @@ import structlog
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from proxy.browser_guard import BrowserGuard
 from proxy.build import build_engine, open_store
 from proxy.chat import chat_completions
 from proxy.config import Settings
@@ -114,7 +115,9 @@ def create_app(
         app.cleanup_ctx.append(_discover_windows)
     if store is not None:
         app.cleanup_ctx.append(_store_lifecycle)
-    wrap = Endpoints(settings.server.access_key).wrap
+    guard = BrowserGuard.from_settings(settings.server)
+    guard.install(app)
+    wrap = Endpoints(settings.server.access_key, guard).wrap
     app.router.add_get("/healthz", wrap(healthz, open_to_all=True))
     app.router.add_post("/v1/chat/completions", wrap(chat_completions))
     app.router.add_post("/chat/completions", wrap(chat_completions))

@@ -41,6 +41,13 @@ class ServerSettings(_Section):
     port: int = Field(8787, ge=0, le=65535)
     access_key: str = ""
     """Required to bind a non-loopback address; clients send it in ``x-handoff-key``."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Names (``name``, or ``name:port`` for one port) clients reach handoff by, besides
+    localhost, 127.0.0.1, [::1] and ``host``; any other ``Host`` is refused, so a web page
+    cannot reach handoff through a DNS name it points at this machine."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Web origins (``scheme://host[:port]``) whose pages may call handoff from a browser;
+    requests a browser sends for any other page are refused."""
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
     history_cache_bytes: int = Field(16 * 1024 * 1024, ge=0)
     """Recent large request bodies kept with their parsed messages, and the token counts of
@@ -51,6 +58,28 @@ class ServerSettings(_Section):
     log_content: bool = False
     """Debug only: include message content in logs."""
     shutdown_grace_s: float = Field(10.0, ge=0)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, v: list[str]) -> list[str]:
+        for h in v:
+            if not h or "/" in h or h != h.strip():
+                raise ValueError(
+                    f"{h!r} is not a host name: give a name or name:port, e.g. box.lan"
+                )
+        return v
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for o in v:
+            scheme, sep, rest = o.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
+                raise ValueError(
+                    f"{o!r} is not a web origin: give scheme://host[:port] with no path,"
+                    " e.g. http://localhost:3000"
+                )
+        return [o.lower() for o in v]
 
 
 class TimeoutSettings(_Section):

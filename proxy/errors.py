@@ -7,8 +7,10 @@
     │   ├── InvalidRequest           400 invalid_request_error (bad JSON, bad fields)
     │   ├── ContextTooLarge          400 context_length_exceeded (pinned turns alone overflow)
     │   ├── Unauthorized             401 (missing or wrong x-handoff-key)
+    │   ├── Forbidden                403 permission_error (a cross-site request, the admin view)
     │   ├── NoRoute                  404 no upstream serves this model
-    │   └── BodyTooLarge             413 body over server.max_body_bytes
+    │   ├── BodyTooLarge             413 body over server.max_body_bytes
+    │   └── MisdirectedHost          421 a Host this handoff does not answer to
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
     │   └── UpstreamTimeout          504
@@ -60,9 +62,19 @@ class Unauthorized(ClientError):
     code = "invalid_handoff_key"
 
 
+class Forbidden(ClientError):
+    status = 403
+    type = "permission_error"
+
+
 class NoRoute(ClientError):
     status = 404
     code = "model_not_found"
+
+
+class MisdirectedHost(ClientError):
+    status = 421
+    code = "host_not_allowed"
 
 
 class BodyTooLarge(ClientError):

@@ -467,7 +467,8 @@ class FakeUpstream:
 
     Tests tune attributes between requests: ``chunk_delay`` (seconds between SSE events),
     ``stream_chunks`` (pieces per content), ``fault`` (applies to every chat request),
-    ``inject(...)`` (faults for the next chat requests), ``context_error_style``.
+    ``inject(...)`` (faults for the next chat requests), ``context_error_style``,
+    ``extra_headers`` (added to every answer, e.g. the CORS headers OpenAI's API sends).
     Faults hit chat requests only, so a proxy's model discovery cannot use them up.
     Tests read ``requests``, ``cancelled`` (requests whose client left mid-answer) and
     ``frames_sent`` (SSE frames written so far, over all streams).
@@ -496,6 +497,7 @@ class FakeUpstream:
         self.tool_trigger = tool_trigger
         self.context_error_style: ContextErrorStyle = context_error_style
         self.fault: Fault | None = None
+        self.extra_headers: dict[str, str] = {}
         self.faults: deque[Fault] = deque()
         self.requests: list[RecordedRequest] = []
         self.cancelled: list[RecordedRequest] = []
@@ -581,6 +583,7 @@ class FakeUpstream:
             "x-fake-saw-authorization": authorization_fingerprint(
                 request.headers.get("Authorization")
             ),
+            **self.extra_headers,
         }
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:

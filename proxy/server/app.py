@@ -1,8 +1,8 @@
 """The aiohttp application: built by :func:`create_app` from validated settings.
 
 Every route is wrapped by :class:`~proxy.server.endpoint.Endpoints` (canonical log event,
-access key, OpenAI-shaped errors); there is no middleware, and unknown paths reach
-a catch-all route of their own.
+browser guard, access key, OpenAI-shaped errors); there is no middleware, and unknown
+paths reach a catch-all route of their own.
 State lives under the typed :data:`~proxy.server.services.SERVICES` key; upstream sessions
 and the store are opened and closed in ``cleanup_ctx`` generators (no globals).
 """
@@ -24,6 +24,7 @@ from proxy.decide.engine import Engine
 from proxy.decide.plan import Planner
 from proxy.decide.windows.discovery import fetch_model_windows
 from proxy.process_tuning import raise_gc_threshold
+from proxy.server.browser_guard import BrowserGuard
 from proxy.server.build import build_engine, open_store
 from proxy.server.chat import chat_completions
 from proxy.server.endpoint import CATCH_ALL, Endpoints, unmatched
@@ -115,7 +116,9 @@ def create_app(
         app.cleanup_ctx.append(_discover_windows)
     if store is not None:
         app.cleanup_ctx.append(_store_lifecycle)
-    wrap = Endpoints(settings.server.access_key).wrap
+    guard = BrowserGuard.from_settings(settings.server)
+    guard.install(app)
+    wrap = Endpoints(settings.server.access_key, guard).wrap
     app.router.add_get("/healthz", wrap(healthz, open_to_all=True))
     app.router.add_post("/v1/chat/completions", wrap(chat_completions))
     app.router.add_post("/chat/completions", wrap(chat_completions))

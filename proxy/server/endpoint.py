@@ -1,5 +1,6 @@
 """What every route shares, as a wrapper around its handler: the canonical log event,
-the access key, and OpenAI-shaped answers for errors.
+the browser guard (Host, Origin, preflights), the access key, and OpenAI-shaped answers
+for errors.
 
 A wrapper, not aiohttp middleware: once an application has any middleware, aiohttp
 builds a chain for every request and adds one of its own (``_fix_request_current_app``),
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from proxy.errors import HandoffError, Unauthorized, error_body
 from proxy.log import bind_request_id, log_request
+from proxy.server.browser_guard import BrowserGuard
 from proxy.server.request_log import REQUEST_FIELDS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -58,17 +60,20 @@ def error_response(exc: Exception, fields: dict[str, Any]) -> web.Response | Non
 class Endpoints:
     """Wraps route handlers for one application. Request ids are a random per-app
     prefix and a counter (unique, and cheaper than uuid4) unless the client sent
-    ``x-request-id``."""
+    ``x-request-id``. ``guard`` defaults to loopback names and no web origins."""
 
-    def __init__(self, access_key: str = "") -> None:
+    def __init__(self, access_key: str = "", guard: BrowserGuard | None = None) -> None:
         self._prefix = os.urandom(4).hex()
         self._counter = itertools.count()
         self._key = access_key.encode()
+        self._guard = guard or BrowserGuard()
 
     def wrap(self, handler: Handler, *, open_to_all: bool = False) -> Handler:
-        """``handler`` with its canonical event and error answers; unless ``open_to_all``
-        (``/healthz``), refused with 401 when an access key is set and not presented."""
-        prefix, counter = self._prefix, self._counter
+        """``handler`` with its canonical event and error answers, behind the browser
+        guard, which answers preflights itself (they carry no access key); unless
+        ``open_to_all`` (``/healthz``), refused with 401 when an access key is set and not
+        presented."""
+        prefix, counter, guard = self._prefix, self._counter, self._guard
         key = b"" if open_to_all else self._key
 
         async def endpoint(request: web.Request) -> web.StreamResponse:
@@ -80,12 +85,17 @@ class Endpoints:
             status = 499
             try:
                 try:
-                    if key and not holds_key(request, key):
+                    guard.check(request.headers)
+                    resp: web.StreamResponse
+                    if request.method == "OPTIONS":
+                        resp = guard.preflight(request.headers)
+                    elif key and not holds_key(request, key):
                         raise Unauthorized(
                             "This handoff requires its access key: send it in the x-handoff-key"
                             " header (your own Authorization header still goes to the upstream)."
                         )
-                    resp = await handler(request)
+                    else:
+                        resp = await handler(request)
                 except Exception as e:
                     answer = error_response(e, fields)
                     if answer is None:

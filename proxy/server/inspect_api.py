@@ -7,8 +7,12 @@ run a middleware chain for every request). Routes: ``GET /sessions`` (``model``,
 ``GET /sessions/{id}/turns/{n}``, ``GET /sessions/{id}/diff/{n}`` and
 ``GET /sessions/{id}/export?format=…&turn=N``.
 Answered to loopback clients, or to anyone sending ``x-handoff-key`` equal to a
-non-empty ``access_key``. SQLite reads run in a worker thread, off the event loop.
-Errors use OpenAI's shape.
+non-empty ``access_key``. A client sees its own workspace, the one its API key names
+(:mod:`proxy.server.workspace`), and its sub-workspaces: any other session answers 404 as a
+missing one does, and ``workspace=`` only narrows within them. The admin view (every
+workspace) is for a client that asks for it with ``x-handoff-admin: 1`` and presents
+the access key. SQLite reads run in a worker thread, off the event loop. Errors use
+OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.errors import InvalidRequest
+from proxy.errors import Forbidden, InvalidRequest
 from proxy.server.endpoint import holds_key
+from proxy.server.workspace import home_workspace
 from proxy.store.base import StoreReader
 from proxy.store.durations import parse_since
 from proxy.store.errors import AmbiguousSession, StoreError, StoreMissingError
@@ -33,6 +38,7 @@ READER = web.AppKey("reader", StoreReader)
 ACCESS_KEY = web.AppKey("access_key", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Read = Callable[[web.Request, StoreReader], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, message: str, type_: str, param: str | None = None) -> web.Response:
@@ -51,8 +57,26 @@ def _is_loopback(remote: str | None) -> bool:
         return False
 
 
-def _guarded(handler: Handler) -> Handler:
-    """Admit loopback clients or the key holder; turn store errors into OpenAI errors."""
+def _reader(request: web.Request) -> StoreReader:
+    """The store as this client may see it: its own workspace, or all for the admin."""
+    reader = request.app[READER]
+    if not request.headers.get("x-handoff-admin"):
+        return reader.within(home_workspace(request.headers))
+    key = request.app[ACCESS_KEY]
+    if key and holds_key(request, key.encode()):
+        return reader
+    raise Forbidden(
+        "The admin view (x-handoff-admin) shows every workspace to the holder of handoff's "
+        "access key: set server.access_key in its configuration and send it in x-handoff-key. "
+        "On the machine that holds the store, `handoff sessions` reads every workspace "
+        "without it. Without x-handoff-admin you see your own API key's workspace.",
+        code="admin_view_unavailable",
+    )
+
+
+def _guarded(handler: Read) -> Handler:
+    """Admit loopback clients or the key holder, to the sessions they may see; turn store
+    errors into OpenAI errors."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         key = request.app[ACCESS_KEY]
@@ -63,7 +87,7 @@ def _guarded(handler: Handler) -> Handler:
                 "permission_error",
             )
         try:
-            return await handler(request)
+            return await handler(request, _reader(request))
         except AmbiguousSession as e:
             return _error(409, str(e), "invalid_request_error", "id")
         except StoreMissingError as e:
@@ -86,11 +110,11 @@ def _int(request: web.Request, name: str, default: int | None = None) -> int | N
         raise InvalidRequest(f"{name} must be an integer", param=name) from None
 
 
-async def _list(request: web.Request) -> web.Response:
+async def _list(request: web.Request, reader: StoreReader) -> web.Response:
     q = request.query
     since = parse_since(q["since"]) if q.get("since") else None
     rows = await asyncio.to_thread(
-        request.app[READER].list_sessions,
+        reader.list_sessions,
         model=q.get("model"),
         since=since,
         search=q.get("search"),
@@ -100,23 +124,23 @@ async def _list(request: web.Request) -> web.Response:
     return _json({"object": "list", "data": rows})
 
 
-async def _session(request: web.Request) -> web.Response:
-    return _json(await asyncio.to_thread(request.app[READER].session, request.match_info["id"]))
+async def _session(request: web.Request, reader: StoreReader) -> web.Response:
+    return _json(await asyncio.to_thread(reader.session, request.match_info["id"]))
 
 
-async def _turn(request: web.Request) -> web.Response:
+async def _turn(request: web.Request, reader: StoreReader) -> web.Response:
     n = _int(request, "n")
     assert n is not None
-    return _json(await asyncio.to_thread(request.app[READER].turn, request.match_info["id"], n))
+    return _json(await asyncio.to_thread(reader.turn, request.match_info["id"], n))
 
 
-async def _diff(request: web.Request) -> web.Response:
+async def _diff(request: web.Request, reader: StoreReader) -> web.Response:
     n = _int(request, "n")
     assert n is not None
-    return _json(await asyncio.to_thread(request.app[READER].diff, request.match_info["id"], n))
+    return _json(await asyncio.to_thread(reader.diff, request.match_info["id"], n))
 
 
-async def _export(request: web.Request) -> web.Response:
+async def _export(request: web.Request, reader: StoreReader) -> web.Response:
     fmt = request.query.get("format", "portable")
     if fmt not in FORMATS:
         return _error(
@@ -124,7 +148,7 @@ async def _export(request: web.Request) -> web.Response:
         )
     out = await asyncio.to_thread(
         export,
-        request.app[READER],
+        reader,
         request.match_info["id"],
         fmt,
         _int(request, "turn"),

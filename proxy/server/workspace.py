@@ -1,8 +1,10 @@
-"""Who is asking: the workspace a request's snapshots belong to.
+"""Who is asking: the workspace a request's snapshots belong to, and the one it may read.
 
-A workspace is named by the client (``x-handoff-workspace``) or derived from a hash
-of its API key, so that two keys never see each other's sessions. The key itself
-is never stored or logged; only a truncated salted digest is.
+A client's workspace is derived from its API key, a truncated salted digest of it
+(``key-…``; ``default`` for a client with no key), so only the key's holder writes to it
+or reads it. ``x-handoff-workspace: NAME`` picks a sub-workspace under it
+(``key-…/NAME``), never another key's workspace. The key itself is never stored or
+logged; only the digest is.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ from collections.abc import Mapping
 _SALT = b"handoff-workspace-v1:"
 
 
-def workspace_for(headers: Mapping[str, str]) -> str:
-    explicit = headers.get("x-handoff-workspace", "").strip()
-    if explicit:
-        return explicit[:128]
+def home_workspace(headers: Mapping[str, str]) -> str:
+    """The workspace the request's key owns, sub-workspaces included: all it may read."""
     key = _api_key(headers)
-    if not key:
-        return "default"
-    return _key_workspace(key)
+    return _key_workspace(key) if key else "default"
+
+
+def workspace_for(headers: Mapping[str, str]) -> str:
+    """Where the request's turn is recorded: its key's workspace, or the sub-workspace
+    ``x-handoff-workspace`` names under it."""
+    home = home_workspace(headers)
+    sub = headers.get("x-handoff-workspace", "").strip().strip("/")
+    return f"{home}/{sub[:128]}" if sub else home
 
 
 @functools.lru_cache(maxsize=256)

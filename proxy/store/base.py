@@ -127,6 +127,11 @@ class StoreReader(Protocol):
     ``TurnNotFound``. Results are JSON-ready dicts.
     """
 
+    def within(self, workspace: str) -> StoreReader:
+        """The same store limited to ``workspace`` and its sub-workspaces: to it, every
+        other session does not exist."""
+        ...
+
     def resolve(self, ref: str) -> str: ...
 
     def list_sessions(

@@ -2,7 +2,9 @@
 
 Every method opens its own short-lived connection (WAL readers never block the
 writer), so one reader can serve several threads. Results are plain JSON-ready
-dicts: the CLI prints them, the HTTP API returns them.
+dicts: the CLI prints them, the HTTP API returns them. A reader sees every workspace
+(the CLI: it holds the file) or, made by :meth:`SqliteReader.within`, one workspace and
+its sub-workspaces, to which any other session does not exist (the HTTP API's clients).
 """
 
 from __future__ import annotations
@@ -107,10 +109,20 @@ def search_terms(text: str) -> list[str]:
 
 
 class SqliteReader:
-    """Read-only access to a SQLite store (see :mod:`proxy.store.migrations`)."""
+    """Read-only access to a SQLite store (see :mod:`proxy.store.migrations`), to every
+    workspace or, with ``workspace``, to that one and its sub-workspaces (``NAME/…``)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, workspace: str | None = None) -> None:
         self.path = Path(path)
+        self._scope = ""
+        self._scope_args: tuple[str, ...] = ()
+        if workspace is not None:  # '0' follows '/': the range holds every "workspace/…"
+            self._scope = " AND (workspace = ? OR workspace >= ? AND workspace < ?)"
+            self._scope_args = (workspace, workspace + "/", workspace + "0")
+
+    def within(self, workspace: str) -> SqliteReader:
+        """This store as seen from ``workspace``: its sessions and its sub-workspaces'."""
+        return SqliteReader(self.path, workspace)
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -131,8 +143,9 @@ class SqliteReader:
     def _resolve(self, db: sqlite3.Connection, ref: str) -> str:
         esc = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = db.execute(
-            "SELECT id FROM sessions WHERE id LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' LIMIT 5",
-            (esc + "%", "%" + esc),
+            "SELECT id FROM sessions WHERE (id LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"
+            f"{self._scope} LIMIT 5",
+            (esc + "%", "%" + esc, *self._scope_args),
         ).fetchall()
         exact = [r[0] for r in rows if r[0] == ref]
         if exact:
@@ -142,7 +155,9 @@ class SqliteReader:
             raise AmbiguousSession(f"{ref!r} matches several sessions ({ids}); give more of the id")
         if rows:
             return str(rows[0][0])
-        named = db.execute("SELECT id FROM sessions WHERE hint = ?", (ref,)).fetchall()
+        named = db.execute(
+            f"SELECT id FROM sessions WHERE hint = ?{self._scope}", (ref, *self._scope_args)
+        ).fetchall()
         if len(named) == 1:
             return str(named[0][0])
         if named:
@@ -159,8 +174,8 @@ class SqliteReader:
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Sessions, latest first, filtered by model used, last activity and message text."""
-        where: list[str] = ["s.head_turn IS NOT NULL"]
-        args: list[Any] = []
+        where: list[str] = ["s.head_turn IS NOT NULL" + self._scope]
+        args: list[Any] = [*self._scope_args]
         if model:
             where.append("s.id IN (SELECT session_id FROM turns WHERE model = ?)")
             args.append(model)

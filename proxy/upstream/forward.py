@@ -21,8 +21,12 @@ from multidict import CIMultiDict
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable, error_body
 from proxy.upstream.routing import HOP_BY_HOP, Upstream
 
-# Response headers the proxy sets itself (the body may have been decompressed).
-_DROP_RESPONSE = HOP_BY_HOP | {"content-length", "content-encoding", "server", "date"}
+# Response headers the proxy sets itself (the body may have been decompressed), and the
+# upstream's CORS grant: which pages may read handoff's answers is handoff's to say.
+_DROP_RESPONSE = HOP_BY_HOP | {
+    *("content-length", "content-encoding", "server", "date"),
+    *("access-control-allow-origin", "access-control-allow-credentials"),
+}
 
 
 async def send(

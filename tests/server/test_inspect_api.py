@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ def _app(path: Path, key: str = "") -> web.Application:
 @pytest.fixture
 def seeded(tmp_path: Path) -> Path:
     path = tmp_path / "s.db"
-    write(path, conversation(4, model_for=lambda i: "a" if i < 2 else "b"))
+    turns = conversation(4, model_for=lambda i: "a" if i < 2 else "b")
+    write(path, [dataclasses.replace(t, workspace="default") for t in turns])  # no key's
     return path
 
 

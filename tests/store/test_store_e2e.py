@@ -106,7 +106,8 @@ async def test_chat_record_fields(
     await client.close()
     await _until(lambda: sum(s["turns"] for s in _sessions(db)) == 2)
     (session,) = _sessions(db)
-    assert (session["workspace"], session["name"]) == ("team-a", "fields-1")
+    assert session["name"] == "fields-1"  # team-a: a sub-workspace of the key's own
+    assert session["workspace"].startswith("key-") and session["workspace"].endswith("/team-a")
     first, second = (SqliteReader(db).turn(session["id"], n) for n in (1, 2))
     assert t0 <= first["started_at"] <= second["started_at"] <= t1
     assert (first["model"], first["upstream"], first["status"]) == ("gpt-4o", "default", 200)

@@ -12,7 +12,8 @@
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
     │   └── UpstreamTimeout          504
-    └── StoreUnavailable             503 the store cannot write and store.required is set
+    ├── StoreUnavailable             503 the store cannot write and store.required is set
+    └── TooManyConnections           503 server.max_connections are open (sent at accept)
 
 Errors the *upstream* returns are not here: they are relayed as they came.
 Every route's wrapper (:func:`proxy.endpoint.error_response`) turns these into responses.
@@ -88,6 +89,11 @@ class StoreUnavailable(HandoffError):
     status = 503
     type = "server_error"
     code = "store_unavailable"
+
+
+class TooManyConnections(HandoffError):
+    status = 503
+    code = "too_many_connections"
 
 
 def error_body(

@@ -22,7 +22,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from proxy.build import build_engine, open_store
 from proxy.chat import chat_completions
 from proxy.config import Settings
-from proxy.endpoint import CATCH_ALL, Endpoints, unmatched
+from proxy.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
 from proxy.engine import Engine
 from proxy.inspect_api import add_inspect_routes
 from proxy.metrics import Metrics
@@ -115,15 +115,17 @@ def create_app(
     if store is not None:
         app.cleanup_ctx.append(_store_lifecycle)
     wrap = Endpoints(settings.server.access_key).wrap
-    app.router.add_get("/healthz", wrap(healthz, open_to_all=True))
-    app.router.add_post("/v1/chat/completions", wrap(chat_completions))
-    app.router.add_post("/chat/completions", wrap(chat_completions))
-    app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough))
-    app.router.add_get("/metrics", wrap(metrics_endpoint))
+    expect = expect_continue
+    app.router.add_get("/healthz", wrap(healthz, open_to_all=True), expect_handler=expect)
+    app.router.add_post("/v1/chat/completions", wrap(chat_completions), expect_handler=expect)
+    app.router.add_post("/chat/completions", wrap(chat_completions), expect_handler=expect)
+    app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough), expect_handler=expect)
+    app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
     if isinstance(store, SqliteStore | ProcessStore):
         reader = SqliteReader(store.path)
         add_inspect_routes(app, reader, settings.server.access_key, wrap)
-    app.router.add_route("*", CATCH_ALL, wrap(unmatched))  # last: only what nothing else serves
+    # last: only what nothing else serves
+    app.router.add_route("*", CATCH_ALL, wrap(unmatched), expect_handler=expect)
     return app
 
 

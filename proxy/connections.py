@@ -1,5 +1,6 @@
 """Limits on client connections that aiohttp leaves open: a cap on how many are open at
-once, a deadline for each request's head, and a stall timeout while its body arrives.
+once, a deadline for each request's head, and a stall timeout while its body arrives; and
+requests aiohttp's parser refuses, answered in OpenAI's error shape.
 
 aiohttp itself closes only idle keep-alive connections (``keepalive_timeout``), so a client
 that sends its headers or body slowly keeps its descriptor as long as it likes, and a few
@@ -19,11 +20,13 @@ from typing import Any, cast
 import structlog
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 
-from proxy.errors import TooManyConnections, error_bytes
+from proxy.errors import TooManyConnections, UnsupportedEncoding, error_bytes
 from proxy.log import Throttled
+from proxy.unreadable import unreadable_request
 
 log = structlog.get_logger("handoff.connections")
 
@@ -50,7 +53,8 @@ class Limits:
 
 class GuardedHandler(web.RequestHandler):
     """aiohttp's handler for one connection, noting for the guard's sweep since when the
-    client has been sending a request head and how far its body has come.
+    client has been sending a request head and how far its body has come; and answering
+    requests the parser refuses in OpenAI's shape, without aiohttp's traceback in the log.
 
     A head counts as sent once ``\\r\\n\\r\\n`` arrives or aiohttp hands the request over, so
     a client that pipelines a whole request while the previous response streams is not timed."""
@@ -122,6 +126,37 @@ class GuardedHandler(web.RequestHandler):
             self._body_bytes, self._body_since = body.total_bytes, now
             return None
         return BODY_LATE if now - self._body_since > limits.body_timeout_s else None
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500 or not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        if request.writer.output_size > 0:  # as aiohttp does: too late for an answer
+            raise ConnectionError("a response was already sent; the connection is dropped")
+        err = unreadable_request(exc)
+        log.info("unreadable_request", status=err.status, error=err.code)
+        headers = (
+            {"Accept-Encoding": "gzip, deflate"} if isinstance(err, UnsupportedEncoding) else {}
+        )
+        resp = web.Response(
+            status=err.status,
+            body=error_bytes(err),
+            content_type="application/json",
+            headers=headers,
+        )
+        resp.force_close()
+        return resp
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        # A body that cannot be read (read_limited answered it 400) raises again when
+        # aiohttp drains what is left of it: not worth a traceback each time.
+        if not isinstance(kw.get("exc_info"), web.RequestPayloadError):
+            super().log_exception(*args, **kw)
 
 
 class _Refuse(asyncio.Protocol):

@@ -6,9 +6,12 @@
     ├── ClientError                  the request is at fault (4xx)
     │   ├── InvalidRequest           400 invalid_request_error (bad JSON, bad fields)
     │   ├── ContextTooLarge          400 context_length_exceeded (pinned turns alone overflow)
+    │   ├── MalformedHttp            400 invalid_http: HTTP aiohttp cannot parse, a bad body
     │   ├── Unauthorized             401 (missing or wrong x-handoff-key)
     │   ├── NoRoute                  404 no upstream serves this model
-    │   └── BodyTooLarge             413 body over server.max_body_bytes
+    │   ├── BodyTooLarge             413 body over server.max_body_bytes
+    │   ├── UnsupportedEncoding      415 a Content-Encoding handoff cannot decompress
+    │   └── HeadTooLarge             431 a line or header over 8,190 bytes, over 128 headers
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
     │   └── UpstreamTimeout          504
@@ -69,6 +72,20 @@ class NoRoute(ClientError):
 class BodyTooLarge(ClientError):
     status = 413
     code = "request_too_large"
+
+
+class MalformedHttp(ClientError):
+    code = "invalid_http"
+
+
+class UnsupportedEncoding(ClientError):
+    status = 415
+    code = "unsupported_content_encoding"
+
+
+class HeadTooLarge(ClientError):
+    status = 431
+    code = "request_head_too_large"
 
 
 class UpstreamError(HandoffError):

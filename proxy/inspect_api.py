@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.endpoint import holds_key
+from proxy.endpoint import expect_continue, holds_key
 from proxy.errors import InvalidRequest
 from proxy.store.base import StoreReader
 from proxy.store.durations import parse_since
@@ -154,4 +154,4 @@ def add_inspect_routes(
         ("/sessions/{id}/diff/{n}", _diff),
         ("/sessions/{id}/export", _export),
     ):
-        app.router.add_get(PREFIX + path, wrap(_guarded(handler)))
+        app.router.add_get(PREFIX + path, wrap(_guarded(handler)), expect_handler=expect_continue)

@@ -58,6 +58,16 @@ class ServerSettings(_Section):
     log_content: bool = False
     """Debug only: include message content in logs."""
     shutdown_grace_s: float = Field(10.0, ge=0)
+    header_timeout_s: float = Field(10.0, gt=0)
+    """The longest a client may take to send a request's line and headers, counted from
+    when it connects or starts sending that request; then the connection is closed."""
+    body_timeout_s: float = Field(30.0, gt=0)
+    """The longest silence while a client sends a request body; then the connection is
+    closed. Only the client's sending is timed, never a response, however long it streams."""
+    max_connections: int | None = Field(None, gt=0)
+    """Client connections open at once; more are answered 503 and closed at once. Unset:
+    1024, or fewer if the open-file limit cannot hold them (two descriptors a connection:
+    its own and an upstream's)."""
 
     @field_validator("allowed_hosts")
     @classmethod

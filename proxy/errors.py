@@ -6,15 +6,19 @@
     ├── ClientError                  the request is at fault (4xx)
     │   ├── InvalidRequest           400 invalid_request_error (bad JSON, bad fields)
     │   ├── ContextTooLarge          400 context_length_exceeded (pinned turns alone overflow)
+    │   ├── MalformedHttp            400 invalid_http: HTTP aiohttp cannot parse, a bad body
     │   ├── Unauthorized             401 (missing or wrong x-handoff-key)
     │   ├── Forbidden                403 permission_error (a cross-site request, the admin view)
     │   ├── NoRoute                  404 no upstream serves this model
     │   ├── BodyTooLarge             413 body over server.max_body_bytes
-    │   └── MisdirectedHost          421 a Host this handoff does not answer to
+    │   ├── UnsupportedEncoding      415 a Content-Encoding handoff cannot decompress
+    │   ├── MisdirectedHost          421 a Host this handoff does not answer to
+    │   └── HeadTooLarge             431 a line or header over 8,190 bytes, over 128 headers
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
     │   └── UpstreamTimeout          504
-    └── StoreUnavailable             503 the store cannot write and store.required is set
+    ├── StoreUnavailable             503 the store cannot write and store.required is set
+    └── TooManyConnections           503 server.max_connections are open (sent at accept)
 
 Errors the *upstream* returns are not here: they are relayed as they came.
 Every route's wrapper (:func:`proxy.server.endpoint.error_response`) turns these into responses.
@@ -82,6 +86,20 @@ class BodyTooLarge(ClientError):
     code = "request_too_large"
 
 
+class MalformedHttp(ClientError):
+    code = "invalid_http"
+
+
+class UnsupportedEncoding(ClientError):
+    status = 415
+    code = "unsupported_content_encoding"
+
+
+class HeadTooLarge(ClientError):
+    status = 431
+    code = "request_head_too_large"
+
+
 class UpstreamError(HandoffError):
     type = "upstream_error"
 
@@ -100,6 +118,11 @@ class StoreUnavailable(HandoffError):
     status = 503
     type = "server_error"
     code = "store_unavailable"
+
+
+class TooManyConnections(HandoffError):
+    status = 503
+    code = "too_many_connections"
 
 
 def error_body(

@@ -235,6 +235,28 @@ def _clean_values(values: Iterable[Any]) -> bool:
     return True
 
 
+class Throttled:
+    """A warning logged at most once per ``every_s``, counting how often it happened since
+    its last line: for what a client can cause many times a second (refused connections,
+    failed accepts), where a line each time would flood the log."""
+
+    __slots__ = ("_count", "_event", "_every_s", "_logger", "_next")
+
+    def __init__(self, logger: Any, event: str, every_s: float) -> None:
+        self._logger, self._event, self._every_s = logger, event, every_s
+        self._next = float("-inf")
+        self._count = 0
+
+    def __call__(self, **fields: Any) -> None:
+        self._count += 1
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self._every_s
+        count, self._count = self._count, 0
+        self._logger.warning(self._event, occurrences=count, **fields)
+
+
 def configure_logging(
     fmt: Literal["console", "json"] = "console", level: int = logging.INFO
 ) -> None:

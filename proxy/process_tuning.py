@@ -73,3 +73,32 @@ def yield_to_requests() -> bool:
     except (AttributeError, OSError):  # not Linux, or refused
         return False
     return True
+
+
+OPEN_FILES_CEILING = 65536
+"""The open-file limit handoff raises its own to, at most: 32k connections' worth."""
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft open-file limit (RLIMIT_NOFILE) as far as the hard limit allows, up
+    to :data:`OPEN_FILES_CEILING`: each connection holds a descriptor, and the common soft
+    limit of 1024 runs out at a few hundred connections. Returns the limit before and after
+    (equal when it could not be raised, or the platform has none)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return OPEN_FILES_CEILING, OPEN_FILES_CEILING
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    unlimited = resource.RLIM_INFINITY
+    if soft == unlimited:
+        return soft, soft
+    target = OPEN_FILES_CEILING if hard == unlimited else min(hard, OPEN_FILES_CEILING)
+    for limit in (target, 10240):  # macOS refuses more than OPEN_MAX when hard is unlimited
+        if limit <= soft:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        except (ValueError, OSError):
+            continue
+        return soft, limit
+    return soft, soft

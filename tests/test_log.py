@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
 import structlog
+import structlog.testing
 
 from proxy.log import (
     _CLEAN_KEYS,
     _CLEAN_VALUES,
     FLUSH_EVERY_S,
+    Throttled,
     _clean_values,
     configure_logging,
     flush_request_lines,
@@ -193,3 +196,19 @@ def test_secrets_in_nested_values_and_request_ids_are_scrubbed(
     assert "abcdefghijkl" not in err
     *_, nested, rid = _lines(err)
     assert "[redacted]" in str(nested["detail"]) and rid["request_id"] == "[redacted]"
+
+
+def test_throttled_logs_once_an_interval_with_a_count() -> None:
+    """A throttled warning is logged the first time, then not again until its interval
+    has passed, and then with how often it happened meanwhile."""
+    logger = structlog.get_logger("test")
+    warn = Throttled(logger, "flood", every_s=0.2)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(50):
+            warn(what="x")
+        time.sleep(0.25)
+        warn(what="y")
+    assert [(e["event"], e["occurrences"], e["what"]) for e in logs] == [
+        ("flood", 1, "x"),
+        ("flood", 50, "y"),
+    ]

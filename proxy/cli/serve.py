@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from aiohttp import web
+import structlog
 
 from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
-from proxy.process_tuning import tune_malloc
+from proxy.process_tuning import raise_open_file_limit, tune_malloc
 from proxy.server.app import create_app
 from proxy.server.build import store_writer
+from proxy.server.serving import serve
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 
@@ -53,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     configure_logging(settings.server.log_format)
     tune_malloc()
+    before, fd_limit = raise_open_file_limit()
+    if fd_limit != before:
+        structlog.get_logger("handoff").info(
+            "open_file_limit_raised", before=before, after=fd_limit
+        )
     catch_all = args.upstream
     if not settings.upstreams and not catch_all:
         catch_all = DEFAULT_UPSTREAM
@@ -64,15 +70,7 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings, catch_all=catch_all)
     where = f"http://{settings.server.host}:{settings.server.port}/v1"
     print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
-    web.run_app(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        handler_cancellation=True,
-        shutdown_timeout=settings.server.shutdown_grace_s,
-        print=None,
-        access_log=None,
-    )
+    serve(app, settings.server, fd_limit)
     return 0
 
 

@@ -27,7 +27,7 @@ from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
 from proxy.server.build import build_engine, open_store
 from proxy.server.chat import chat_completions
-from proxy.server.endpoint import CATCH_ALL, Endpoints, unmatched
+from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
 from proxy.server.inspect_api import add_inspect_routes
 from proxy.server.metrics import Metrics
 from proxy.server.relay import passthrough
@@ -119,15 +119,17 @@ def create_app(
     guard = BrowserGuard.from_settings(settings.server)
     guard.install(app)
     wrap = Endpoints(settings.server.access_key, guard).wrap
-    app.router.add_get("/healthz", wrap(healthz, open_to_all=True))
-    app.router.add_post("/v1/chat/completions", wrap(chat_completions))
-    app.router.add_post("/chat/completions", wrap(chat_completions))
-    app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough))
-    app.router.add_get("/metrics", wrap(metrics_endpoint))
+    expect = expect_continue
+    app.router.add_get("/healthz", wrap(healthz, open_to_all=True), expect_handler=expect)
+    app.router.add_post("/v1/chat/completions", wrap(chat_completions), expect_handler=expect)
+    app.router.add_post("/chat/completions", wrap(chat_completions), expect_handler=expect)
+    app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough), expect_handler=expect)
+    app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
     if isinstance(store, SqliteStore | ProcessStore):
         reader = SqliteReader(store.path)
         add_inspect_routes(app, reader, settings.server.access_key, wrap)
-    app.router.add_route("*", CATCH_ALL, wrap(unmatched))  # last: only what nothing else serves
+    # last: only what nothing else serves
+    app.router.add_route("*", CATCH_ALL, wrap(unmatched), expect_handler=expect)
     return app
 
 

@@ -22,6 +22,7 @@ from proxy.ingress.chat_completions import parse_chat
 from proxy.ingress.chat_request import ChatRequest
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES, Services
+from proxy.server.unreadable import undecodable_body, unreadable_body
 from proxy.server.workspace import session_hint, workspace_for
 from proxy.store.base import TurnRecord, request_params
 from proxy.upstream.forward import (
@@ -40,16 +41,22 @@ log = structlog.get_logger("handoff.chat")
 
 
 async def read_limited(request: web.Request, limit: int) -> bytes:
-    """The whole body, or :class:`BodyTooLarge` as soon as it passes ``limit``."""
+    """The whole body, or :class:`BodyTooLarge` as soon as it passes ``limit``; a 400
+    when it cannot be read (bad chunking, or it does not decompress)."""
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(request.content_length, limit)
     chunks: list[bytes] = []
     size = 0
-    while chunk := await request.content.readany():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
+    try:
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit)
+            chunks.append(chunk)
+    except web.RequestPayloadError as e:
+        raise unreadable_body(e, request.headers.get("Content-Encoding")) from None
+    if not chunks and request.content_length != 0 and "Content-Encoding" in request.headers:
+        raise undecodable_body(request.headers["Content-Encoding"])  # it decompressed to nothing
     return b"".join(chunks)
 
 

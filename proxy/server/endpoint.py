@@ -134,5 +134,20 @@ async def unmatched(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """Every route's ``Expect`` handler: ``100-continue`` gets its interim answer, as from
+    aiohttp's own; any other expectation a 417 in OpenAI's shape (aiohttp's echoes the
+    header back)."""
+    if request.headers.get("Expect", "").lower() == "100-continue":
+        if request.version == aiohttp.HttpVersion11:
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the real response is still to come
+        return None
+    message = "handoff meets only Expect: 100-continue; send the request without this header."
+    return web.json_response(
+        error_body(message, "invalid_request_error", None, "expectation_failed"), status=417
+    )
+
+
 CATCH_ALL = "/{tail:.*}"
 """The path of the last route, served by :func:`unmatched`."""

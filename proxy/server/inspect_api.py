@@ -27,7 +27,7 @@ import orjson
 from aiohttp import web
 
 from proxy.errors import Forbidden, InvalidRequest
-from proxy.server.endpoint import holds_key
+from proxy.server.endpoint import expect_continue, holds_key
 from proxy.server.workspace import home_workspace
 from proxy.store.base import StoreReader
 from proxy.store.durations import parse_since
@@ -178,4 +178,4 @@ def add_inspect_routes(
         ("/sessions/{id}/diff/{n}", _diff),
         ("/sessions/{id}/export", _export),
     ):
-        app.router.add_get(PREFIX + path, wrap(_guarded(handler)))
+        app.router.add_get(PREFIX + path, wrap(_guarded(handler)), expect_handler=expect_continue)

@@ -9,8 +9,9 @@ case through the event loop that serves the proxy and the fake upstream.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpServer
 
+from proxy.config import Settings
 from proxy.ingress.chat_completions import MAX_DEPTH
+from proxy.server.app import create_app
+from proxy.server.serving import listening
 from proxy.store.read import SqliteReader
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.fake_upstream import ROLES, FakeUpstream
@@ -474,3 +478,127 @@ async def test_twenty_megabyte_message(rig: Rig) -> None:
     assert out.forwarded == [unknown]  # no window known: the upstream judges (404 here)
     assert out.status == 404
     await rig.assert_all_recorded()
+
+
+# ---------------------------------------------------------------- what aiohttp cannot read
+
+MARK = b"sk-echocanary0123456789"
+"""Put in every malformed request: it must never come back in the answer."""
+
+
+@pytest.fixture
+async def served(fake_upstream: FakeUpstream) -> AsyncIterator[int]:
+    """The proxy as ``handoff serve`` runs it (behind its connection guard) on a free port."""
+    settings = Settings(
+        server={"port": 0}, store={"enabled": False}, tokens={"discover": False}, models=MODELS
+    )
+    app = create_app(settings, catch_all=fake_upstream.url)
+    async with listening(app, settings.server) as port:
+        yield port
+
+
+async def exchange(port: int, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``raw`` on a new connection; the first answer's status, headers and body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        async with asyncio.timeout(10):
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            headers = {}
+            for line in head[1:]:
+                name, _, value = line.partition(":")
+                headers[name.lower()] = value.strip()
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+    finally:
+        writer.close()
+    return int(head[0].split(" ")[1]), headers, body
+
+
+def _post(body: bytes, *headers: bytes) -> bytes:
+    lines = [b"POST /v1/chat/completions HTTP/1.1", b"Host: localhost", *headers]
+    if not any(h.lower().startswith((b"content-length", b"transfer-encoding")) for h in headers):
+        lines.append(b"Content-Length: %d" % len(body))
+    return b"\r\n".join([*lines, b"Connection: close", b"", body])
+
+
+def _get(*headers: bytes, target: bytes = b"/healthz") -> bytes:
+    return b"\r\n".join([b"GET " + target + b" HTTP/1.1", b"Host: localhost", *headers, b"", b""])
+
+
+GZIPPED = gzip.compress(VALID)
+UNREADABLE = {
+    "br": (_post(VALID, b"Content-Encoding: br"), {400, 415}),  # 400 if Brotli is installed
+    "zstd": (_post(VALID, b"Content-Encoding: zstd"), {400, 415}),
+    "request-line-over-8190": (_get(target=b"/healthz?q=" + MARK + b"a" * 9000), {431}),
+    "header-over-8190": (_get(b"X-Long: " + MARK + b"b" * 9000), {431}),
+    "200-headers": (_get(*(b"X-%d: %s" % (i, MARK) for i in range(200))), {431}),
+    "bad-method": (MARK + b" /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n", {400}),
+    "tls-to-plain-http": (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + MARK, {400}),
+    "bad-header-name": (_get(b"Bad " + MARK + b": v"), {400}),
+    "bad-content-length": (_post(VALID, b"Content-Length: " + MARK), {400}),
+    "bad-chunk-size": (_post(b"zz" + MARK + b"\r\n", b"Transfer-Encoding: chunked"), {400}),
+    "unknown-expect": (_get(b"Expect: " + MARK), {417}),
+    "gzip-garbage": (_post(b"\x00\x01garbage" + MARK, b"Content-Encoding: gzip"), {400}),
+    "gzip-header-only": (_post(GZIPPED[:10], b"Content-Encoding: gzip"), {400}),
+    "gzip-then-garbage": (_post(GZIPPED + MARK, b"Content-Encoding: gzip"), {400}),
+    "deflate-garbage": (_post(VALID, b"Content-Encoding: deflate"), {400}),
+}
+
+
+def _check_unreadable(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """A 4xx from handoff in OpenAI's error shape that quotes nothing of the request."""
+    assert 400 <= status < 500, (status, body[:300])
+    assert headers["content-type"].startswith("application/json"), headers
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and len(error["message"]) > 20
+    assert MARK not in body and b"aaaa" not in body and b"bbbb" not in body
+    return dict(error)
+
+
+@pytest.mark.parametrize("case", UNREADABLE)
+async def test_what_aiohttp_cannot_read_gets_an_openai_shaped_4xx(served: int, case: str) -> None:
+    """Unsupported or corrupt Content-Encodings, lines over 8,190 bytes, too many headers,
+    bad methods, headers, lengths, chunks and expectations: a 4xx in OpenAI's shape, as
+    JSON, never echoing the request; a body that does not decompress says so."""
+    raw, statuses = UNREADABLE[case]
+    status, headers, body = await exchange(served, raw)
+    error = _check_unreadable(status, headers, body)
+    assert status in statuses, (status, error)
+    if case.startswith(("gzip", "deflate")) or status == 415:
+        assert "decompress" in error["message"] and "empty" not in error["message"]
+        assert error["code"] in {"invalid_content_encoding", "unsupported_content_encoding"}
+
+
+async def test_fuzzed_request_heads(served: int) -> None:
+    """Arbitrary bytes in the method, target, version, or a header's name or value: the
+    answer is never a 5xx, never quotes them, and any 4xx is OpenAI-shaped JSON."""
+    loop = asyncio.get_running_loop()
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        st.sampled_from(["method", "target", "version", "name", "value"]), st.binary(max_size=40)
+    )
+    @example("value", b"\r\n\r\n")
+    @example("name", b"\x00")
+    @example("target", b" ")
+    def prop(where: str, junk: bytes) -> None:
+        parts = {b"method": b"GET", b"target": b"/healthz?q=", b"version": b"HTTP/1.1"}
+        parts |= {b"name": b"X-Fuzz", b"value": b"v"}
+        key = where.encode()
+        parts[key] = (parts[key] if key == b"target" else b"") + junk + MARK
+        raw = b"%s %s %s\r\nHost: localhost\r\n%s: %s\r\nConnection: close\r\n\r\n" % (
+            parts[b"method"],
+            parts[b"target"],
+            parts[b"version"],
+            parts[b"name"],
+            parts[b"value"],
+        )
+        status, headers, body = asyncio.run_coroutine_threadsafe(
+            exchange(served, raw), loop
+        ).result(30)
+        assert status < 500 and MARK not in body, (status, body[:300])
+        if status >= 400:
+            _check_unreadable(status, headers, body)
+
+    await asyncio.to_thread(prop)

@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,10 +53,14 @@ class ServerProc:
 
 @contextlib.asynccontextmanager
 async def handoff_serve(
-    tmp_path: Path, args: Sequence[str], env: dict[str, str] | None = None
+    tmp_path: Path,
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> AsyncIterator[ServerProc]:
     """Start ``handoff serve ARGS --port P --log-format json`` and wait until it answers;
-    killed at exit if still running. Logs (stderr) go to a file under ``tmp_path``."""
+    killed at exit if still running. Logs (stderr) go to a file under ``tmp_path``;
+    ``preexec_fn`` runs in the child before it starts (to set its resource limits)."""
     port = free_port()
     stderr = tmp_path / f"serve-{port}.log"
     with stderr.open("wb") as err:
@@ -67,6 +71,7 @@ async def handoff_serve(
             stdout=subprocess.PIPE,
             stderr=err,
             env={**os.environ, "HANDOFF_CONFIG": "", **(env or {})},
+            preexec_fn=preexec_fn,
         )
     try:
         assert proc.stdout is not None

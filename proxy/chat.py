@@ -134,9 +134,9 @@ async def _exchange(
     request: web.Request, svc: Services, req: ChatRequest, up: Upstream, plan: Plan, turn: _Turn
 ) -> web.StreamResponse:
     headers = up.request_headers(request.headers)
-    path_qs = "/chat/completions" + (f"?{request.query_string}" if request.query_string else "")
+    url = up.url("/chat/completions", request.rel_url.raw_query_string)
     while True:
-        resp = await send(up, "POST", path_qs, headers, plan.body, svc.timeout)
+        resp = await send(up, "POST", url, headers, plan.body, svc.timeout)
         try:
             turn.status = resp.status
             if is_sse(resp):

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable, error_body
 from proxy.upstreams import HOP_BY_HOP, Upstream
@@ -28,7 +29,7 @@ _DROP_RESPONSE = HOP_BY_HOP | {"content-length", "content-encoding", "server", "
 async def send(
     up: Upstream,
     method: str,
-    path_qs: str,
+    url: URL,
     headers: CIMultiDict[str],
     body: bytes | None,
     timeout: aiohttp.ClientTimeout,
@@ -43,7 +44,7 @@ async def send(
     try:
         return await up.session.request(
             method,
-            up.url(path_qs),
+            url,  # from up.url(): checked, and sent as built
             headers=headers,
             data=body,
             timeout=timeout,

@@ -1,4 +1,5 @@
-"""Every other path under ``/v1/``: forwarded as it is (method, query, headers, body).
+"""Every other path under ``/v1/``: forwarded as it is (method, path and query as sent,
+headers, body).
 
 The upstream is chosen by the body's ``model`` when it is JSON and names one
 (``/v1/embeddings``, ``/v1/responses``…), else the default upstream.
@@ -10,12 +11,19 @@ import orjson
 from aiohttp import web
 
 from proxy.chat import read_limited
+from proxy.errors import InvalidRequest
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
+from proxy.paths import check_path
 from proxy.request_log import request_fields
 from proxy.services import SERVICES
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
+    raw = request.rel_url.raw_path
+    if not raw.startswith("/v1/"):  # the router matched it decoded (/%76%31/…)
+        raise InvalidRequest("Spell the /v1/ at the start of the request path plainly.")
+    tail = raw[3:]
+    check_path(tail)  # refused before the body is read; up.url checks it again
     svc = request.app[SERVICES]
     body = (
         await read_limited(request, svc.settings.server.max_body_bytes)
@@ -25,10 +33,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     up = svc.router.route(_model_of(body)) if body else svc.router.default()
     fields = request_fields(request)
     fields["upstream"] = up.name
-    tail = request.match_info["tail"]
-    path_qs = "/" + tail + (f"?{request.query_string}" if request.query_string else "")
+    url = up.url(tail, request.rel_url.raw_query_string)
     headers = up.request_headers(request.headers)
-    resp = await send(up, request.method, path_qs, headers, body, svc.timeout)
+    resp = await send(up, request.method, url, headers, body, svc.timeout)
     try:
         fields["upstream_status"] = resp.status
         if is_sse(resp):

@@ -29,6 +29,7 @@ from proxy.store.base import TurnRecord, request_params
 from proxy.upstreams import Upstream
 
 log = structlog.get_logger("handoff.chat")
+_V1_CHAT = "/v1/chat/completions"
 
 
 async def read_limited(request: web.Request, limit: int) -> bytes:
@@ -117,8 +118,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             turn.settle()  # else the store's writer parses the answer, if it is recorded
         if turn.usage is not None:
             svc.planner.observe(req, plan, turn.usage)
+        # The metric's route: one of the two, whichever spelling passthrough sent here.
+        route = "/chat/completions" if request.path == "/chat/completions" else _V1_CHAT
         svc.metrics.observe_chat(
-            request.path, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
+            route, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
         )
         if svc.settings.server.log_content:
             # Debug only (server.log_content): what was asked, sent and answered.

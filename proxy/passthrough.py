@@ -2,7 +2,10 @@
 headers, body).
 
 The upstream is chosen by the body's ``model`` when it is JSON and names one
-(``/v1/embeddings``, ``/v1/responses``…), else the default upstream.
+(``/v1/embeddings``, ``/v1/responses``…), else the default upstream. A POST to a
+spelling of the chat endpoint (``/v1/chat/completions/``, ``/v1//chat/completions``…)
+is a chat request, handled as one: compressed, recorded, and refused when the store
+is required and cannot write.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from proxy.chat import read_limited
+from proxy.chat import chat_completions, read_limited
 from proxy.errors import InvalidRequest
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
-from proxy.paths import check_path
+from proxy.paths import check_path, names_chat
 from proxy.request_log import request_fields
 from proxy.services import SERVICES
 
@@ -23,7 +26,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if not raw.startswith("/v1/"):  # the router matched it decoded (/%76%31/…)
         raise InvalidRequest("Spell the /v1/ at the start of the request path plainly.")
     tail = raw[3:]
-    check_path(tail)  # refused before the body is read; up.url checks it again
+    decoded = check_path(tail)  # refused before the body is read; up.url checks it again
+    if request.method == "POST" and names_chat(decoded):
+        return await chat_completions(request)
     svc = request.app[SERVICES]
     body = (
         await read_limited(request, svc.settings.server.max_body_bytes)

@@ -1,4 +1,5 @@
-"""Request paths: which a client may have forwarded below an upstream's base URL.
+"""Request paths: which a client may have forwarded below an upstream's base URL, and
+which spellings an upstream may take for its chat endpoint.
 
 The path is forwarded as the client sent it, escapes and all, so it is checked in that
 form and decoded once: it may hold no ``.`` or ``..`` segment (``;`` parameters and
@@ -44,6 +45,16 @@ def _dots(segment: str) -> bool:
     """Is this segment only dots, once ``;parameters`` and spaces are dropped?"""
     bare = segment.split(";", 1)[0].strip()
     return bool(bare) and not bare.strip(".")
+
+
+def names_chat(text: str) -> bool:
+    """Could an upstream take ``text`` (a path below ``/v1``, decoded) for its chat
+    endpoint, if it merges slashes, ignores case, a trailing slash, ``;`` parameters
+    or padding? Then handoff must handle it as a chat request, not pass it through."""
+    if "chat" not in text.lower():
+        return False
+    parts = [p.split(";", 1)[0].strip().lower() for p in text.split("/")]
+    return [p for p in parts if p] == ["chat", "completions"]
 
 
 def _refused(why: str) -> InvalidRequest:

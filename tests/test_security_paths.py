@@ -1,5 +1,6 @@
 """Where a request's path and query take it: never outside the upstream's ``base_url``
-path, whatever the encoding; the query string forwarded byte for byte.
+path, whatever the encoding; every spelling of the chat endpoint through chat handling;
+the query string forwarded byte for byte.
 
 Requests go out through aiohttp with ``URL(..., encoded=True)``, so the proxy gets the
 exact bytes of each spelling; the upstream is a catch-all recorder under ``/tenant-a/v1``
@@ -8,7 +9,9 @@ that shows where each request landed and with which key.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,7 +20,7 @@ from yarl import URL
 
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.recording_upstream import RecordingUpstream
-from tests.test_faults import BOUND
+from tests.test_faults import BOUND, stored_turns, until
 
 SERVER_KEY = "sk-server-canary-41c9"
 CHAT = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}'
@@ -118,6 +121,101 @@ async def test_percent_escapes_that_hide_nothing_pass_as_sent(
         assert status == 200, target
     assert [s.raw_path for s in rec.seen] == ["/tenant-a" + t for t in targets]
     assert rec.outside() == []
+
+
+# ---------------------------------------------------------------- finding 5: chat spellings
+
+CHAT_SPELLINGS = [
+    "/v1/chat/completions/",
+    "/v1/chat/completions//",
+    "/v1//chat/completions",
+    "/v1/chat//completions",
+    "/v1/Chat/Completions",
+    "/v1/CHAT/COMPLETIONS/",
+    "/v1/chat/completions;x=1",
+    "/v1/chat;x/completions",
+    "/v1/%63hat/completions",
+    "/v1/chat/completions%20",
+]
+REFUSED_SPELLINGS = [
+    "/v1/chat%2Fcompletions",
+    "/v1/chat%2fcompletions",
+    "/v1/chat%252Fcompletions",
+    "/v1/./chat/completions",
+    "/v1/chat/./completions",
+    "/v1/chat/completions/.",
+    "/v1/x/../chat/completions",
+    "/v1/chat%5ccompletions",
+    "/v1/chat\\completions",
+]
+
+
+async def test_every_chat_spelling_gets_chat_handling_or_a_400(
+    recording_upstream: RecordingUpstream,
+    make_proxy: MakeProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Spellings that an upstream may take for its chat endpoint are handled as chat (a
+    decision header, the canonical path upstream, a turn in the store); those with
+    encoded slashes or dot segments are refused and reach nothing."""
+    rec = recording_upstream
+    db = tmp_path / "h.db"
+    proxy = await _proxy(make_proxy, rec, monkeypatch, store={"path": str(db)})
+    for target in REFUSED_SPELLINGS:
+        status, _, body = await _send(proxy, "POST", target, CHAT)
+        assert _is_openai_400(status, body), (target, status, body[:200])
+    assert rec.seen == []
+    for target in CHAT_SPELLINGS:
+        status, headers, body = await _send(proxy, "POST", target, CHAT)
+        assert status == 200, (target, body[:200])
+        assert headers.get("x-handoff-decision") == "passthrough", target
+    assert [s.raw_path for s in rec.seen] == ["/tenant-a/v1/chat/completions"] * len(CHAT_SPELLINGS)
+    await until(lambda: len(stored_turns(db)) == len(CHAT_SPELLINGS))
+
+
+async def test_chat_spellings_obey_store_required(
+    recording_upstream: RecordingUpstream,
+    make_proxy: MakeProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """With store.required and a store that cannot write, the other spellings are refused
+    with 503 as /v1/chat/completions is: none is served unrecorded."""
+    rec = recording_upstream
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    store = {"path": str(blocker / "h.db"), "required": True}
+    proxy = await _proxy(make_proxy, rec, monkeypatch, store=store)
+    for _ in range(50):  # the writer notices the failure on its first attempt
+        status, _, _ = await _send(proxy, "POST", "/v1/chat/completions", CHAT)
+        if status == 503:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("store.required never failed closed")
+    served = len(rec.seen)
+    for target in CHAT_SPELLINGS:
+        status, _, _ = await _send(proxy, "POST", target, CHAT)
+        assert status == 503, target
+    assert len(rec.seen) == served
+
+
+async def test_other_chat_methods_and_subpaths_pass_through(
+    recording_upstream: RecordingUpstream, make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored-completion calls (GET /v1/chat/completions, POST /v1/chat/completions/{id})
+    are not chat turns: they pass through as sent."""
+    rec = recording_upstream
+    proxy = await _proxy(make_proxy, rec, monkeypatch)
+    for method, target in [
+        ("GET", "/v1/chat/completions"),
+        ("GET", "/v1/chat/completions/"),
+        ("POST", "/v1/chat/completions/chatcmpl-abc"),
+    ]:
+        status, headers, _ = await _send(proxy, method, target, b'{"metadata": {}}')
+        assert status == 200 and "x-handoff-decision" not in headers, target
+        assert rec.seen[-1].raw_path == "/tenant-a" + target
 
 
 # ---------------------------------------------------------------- finding 10a: the query

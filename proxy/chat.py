@@ -17,11 +17,12 @@ import structlog
 from aiohttp import web
 
 from proxy.chat_request import ChatRequest
-from proxy.errors import BodyTooLarge, HandoffError, StoreUnavailable
+from proxy.errors import HandoffError, StoreUnavailable
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
 from proxy.identity import session_hint, workspace_for
 from proxy.overflow import context_limit
 from proxy.parse import parse_chat
+from proxy.request_body import read_limited
 from proxy.request_log import request_fields
 from proxy.services import SERVICES, Plan, Services
 from proxy.sse import ReplyAssembler, read_answer
@@ -30,27 +31,6 @@ from proxy.upstreams import Upstream
 
 log = structlog.get_logger("handoff.chat")
 _V1_CHAT = "/v1/chat/completions"
-
-
-async def read_limited(request: web.Request, limit: int) -> bytes:
-    """The whole body, or :class:`BodyTooLarge` as soon as it passes ``limit``."""
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_large(request.content_length, limit)
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := await request.content.readany():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(size: int, limit: int) -> BodyTooLarge:
-    return BodyTooLarge(
-        f"The request body ({size:,} bytes or more) exceeds handoff's limit of {limit:,} "
-        "bytes (server.max_body_bytes)."
-    )
 
 
 @dataclass(slots=True)

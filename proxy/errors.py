@@ -8,7 +8,8 @@
     │   ├── ContextTooLarge          400 context_length_exceeded (pinned turns alone overflow)
     │   ├── Unauthorized             401 (missing or wrong x-handoff-key)
     │   ├── NoRoute                  404 no upstream serves this model
-    │   └── BodyTooLarge             413 body over server.max_body_bytes
+    │   ├── BodyTooLarge             413 body over server.max_body_bytes
+    │   └── UnsupportedEncoding      415 a request Content-Encoding handoff cannot decode
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
     │   └── UpstreamTimeout          504
@@ -68,6 +69,11 @@ class NoRoute(ClientError):
 class BodyTooLarge(ClientError):
     status = 413
     code = "request_too_large"
+
+
+class UnsupportedEncoding(ClientError):
+    status = 415
+    code = "unsupported_content_encoding"
 
 
 class UpstreamError(HandoffError):

@@ -13,10 +13,11 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from proxy.chat import chat_completions, read_limited
+from proxy.chat import chat_completions
 from proxy.errors import InvalidRequest
 from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
 from proxy.paths import check_path, names_chat
+from proxy.request_body import read_limited
 from proxy.request_log import request_fields
 from proxy.services import SERVICES
 

@@ -37,8 +37,9 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# Request headers that are the proxy's to set, or handoff's own.
-_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+# Request headers that are the proxy's to set, or handoff's own. The body handoff sends is
+# never compressed (proxy.request_body decoded it): no Content-Encoding.
+_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "content-encoding"}
 _HANDOFF_PREFIX = "x-handoff-"
 
 

@@ -18,7 +18,15 @@ from aiohttp import web
 
 from proxy.chat_request import ChatRequest
 from proxy.errors import HandoffError, StoreUnavailable
-from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
+from proxy.forward import (
+    StreamOutcome,
+    is_sse,
+    read_bounded,
+    relay_rest,
+    relay_stream,
+    response_headers,
+    send,
+)
 from proxy.identity import session_hint, workspace_for
 from proxy.overflow import context_limit
 from proxy.parse import parse_chat
@@ -118,6 +126,7 @@ async def _exchange(
 ) -> web.StreamResponse:
     headers = up.request_headers(request.headers)
     url = up.url("/chat/completions", request.rel_url.raw_query_string)
+    max_answer = svc.settings.server.max_answer_bytes
     while True:
         resp = await send(up, "POST", url, headers, plan.body, svc.timeout)
         try:
@@ -125,7 +134,9 @@ async def _exchange(
             if is_sse(resp):
                 turn.streamed = True
                 return await _relay_sse(request, svc, up, resp, plan, turn)
-            body = await read_body(up, resp)
+            body, whole = await read_bounded(up, resp, max_answer)
+            if not whole:  # too large to hold; an overflow error never is
+                return await _relay_large(request, up, resp, plan, body, turn, max_answer)
         finally:
             resp.close()  # drops an unfinished stream's connection: the upstream stops
         limit = context_limit(resp.status, body)
@@ -170,9 +181,43 @@ async def _relay_sse(
         turn.finish_reason = assembler.finish_reason
         turn.error = assembler.error
         if outcome.upstream_error:
-            turn.error = {"error": {"message": outcome.upstream_error, "type": "upstream_error"}}
+            turn.error = _broke_off(outcome)
         if keep_raw:
             turn.raw = b"".join(raw_parts)
+
+
+async def _relay_large(
+    request: web.Request,
+    up: Upstream,
+    resp: Any,
+    plan: Plan,
+    head: bytes,
+    turn: _Turn,
+    limit: int,
+) -> web.StreamResponse:
+    """Relay an answer over ``limit`` as it arrives; the store gets a note, not the body."""
+    outcome = StreamOutcome()
+    try:
+        return await relay_rest(request, up, resp, plan.response_headers, head, outcome)
+    finally:
+        turn.cancelled = outcome.cancelled
+        turn.bytes_out = outcome.bytes_out
+        turn.error = _broke_off(outcome) if outcome.upstream_error else _not_kept(turn, limit)
+
+
+def _broke_off(outcome: StreamOutcome) -> dict[str, Any]:
+    return {"error": {"message": outcome.upstream_error, "type": "upstream_error"}}
+
+
+def _not_kept(turn: _Turn, limit: int) -> dict[str, Any]:
+    """What the store records instead of an answer too large to keep."""
+    size = turn.bytes_out
+    message = (
+        f"The answer ({size:,} bytes) was relayed to the client but not kept: it is over "
+        f"server.max_answer_bytes ({limit:,})."
+    )
+    error = {"message": message, "type": "handoff_note", "param": None, "code": "answer_not_kept"}
+    return {"error": {**error, "answer_bytes": size}}
 
 
 def _record(

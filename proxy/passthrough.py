@@ -15,7 +15,15 @@ from aiohttp import web
 
 from proxy.chat import chat_completions
 from proxy.errors import InvalidRequest
-from proxy.forward import StreamOutcome, is_sse, read_body, relay_stream, response_headers, send
+from proxy.forward import (
+    StreamOutcome,
+    is_sse,
+    read_bounded,
+    relay_rest,
+    relay_stream,
+    response_headers,
+    send,
+)
 from proxy.paths import check_path, names_chat
 from proxy.request_body import read_limited
 from proxy.request_log import request_fields
@@ -46,7 +54,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         fields["upstream_status"] = resp.status
         if is_sse(resp):
             return await relay_stream(request, up, resp, {}, lambda _: None, StreamOutcome())
-        data = await read_body(up, resp)
+        data, whole = await read_bounded(up, resp, svc.settings.server.max_answer_bytes)
+        if not whole:
+            return await relay_rest(request, up, resp, {}, data, StreamOutcome())
     finally:
         resp.close()  # drops an unfinished stream's connection: the upstream stops
     return web.Response(status=resp.status, body=data, headers=response_headers(resp, {}))

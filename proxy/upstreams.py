@@ -41,6 +41,7 @@ HOP_BY_HOP = frozenset(
 # never compressed (proxy.request_body decoded it): no Content-Encoding.
 _DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "content-encoding"}
 _HANDOFF_PREFIX = "x-handoff-"
+_CHAT = "/chat/completions"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -64,6 +65,7 @@ class Upstream:
     _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
     _base: URL = field(init=False, repr=False)  # base_url's scheme, authority and path
     _root: str = field(init=False, repr=False)  # its path, without a trailing slash
+    _chat: URL = field(init=False, repr=False)  # url(_CHAT), built once
 
     def __post_init__(self) -> None:
         base = URL(self.base_url)
@@ -74,6 +76,7 @@ class Upstream:
             )
         self._base = base
         self._root = base.raw_path.rstrip("/")
+        self._chat = self._build(_CHAT, "")
 
     def matches(self, model: str) -> bool:
         return any(fnmatchcase(model, p) for p in self.patterns)
@@ -84,11 +87,16 @@ class Upstream:
         (``encoded=True``: yarl neither decodes nor normalises them, and aiohttp sends
         ``raw_path_qs``). A path that could climb out of ``base_url``'s is refused
         (:func:`~proxy.paths.check_path`), and the URL built is checked to be below it."""
+        if not raw_query and raw_path == _CHAT:
+            return self._chat  # the common request: built and checked once
+        return self._build(raw_path, raw_query)
+
+    def _build(self, raw_path: str, raw_query: str) -> URL:
         check_path(raw_path)
-        base, root = self._base, self._root
+        root = self._root
         url = URL.build(
-            scheme=base.scheme,
-            authority=base.raw_authority,
+            scheme=self._base.scheme,
+            authority=self._base.raw_authority,
             path=root + raw_path,
             query_string=raw_query,
             encoded=True,

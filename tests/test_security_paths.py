@@ -18,6 +18,9 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from proxy.config import ConfigError
+from proxy.errors import InvalidRequest
+from proxy.upstreams import Upstream
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.recording_upstream import RecordingUpstream
 from tests.test_faults import BOUND, stored_turns, until
@@ -121,6 +124,31 @@ async def test_percent_escapes_that_hide_nothing_pass_as_sent(
         assert status == 200, target
     assert [s.raw_path for s in rec.seen] == ["/tenant-a" + t for t in targets]
     assert rec.outside() == []
+
+
+@pytest.mark.parametrize(
+    "base", ["http://h:1/tenant-a/v1", "http://h:1/tenant-a/v1/", "http://u:p@h:1/tenant-a/v1"]
+)
+def test_upstream_url_keeps_path_and_query_as_given(base: str) -> None:
+    """Upstream.url puts the raw path below base_url's path and the raw query after it,
+    neither decoded nor normalised, the chat URL included (built once)."""
+    up = Upstream(name="t", base_url=base, patterns=("*",))
+    for path, query in [("/chat/completions", ""), ("/chat/completions", "a=%23b&c=%26d"),
+                        ("/files/f-%41/content", "x=%2F..%2F"), ("//models", "")]:  # fmt: skip
+        url = up.url(path, query)
+        assert url.raw_path_qs == "/tenant-a/v1" + path + (f"?{query}" if query else "")
+        assert (url.host, url.port) == ("h", 1)
+    assert up.url("/chat/completions") is up.url("/chat/completions")
+    for bad in ("/x/../../admin", "-admin"):  # a dot segment; a path that is not below
+        with pytest.raises(InvalidRequest):
+            up.url(bad)
+
+
+def test_base_url_with_a_query_is_refused_at_start() -> None:
+    """A base_url with a query or fragment stops start-up, naming the upstream's key."""
+    for base in ("https://x/v1?api-version=1", "https://x/v1#f"):
+        with pytest.raises(ConfigError, match=r"upstreams\[t\]\.base_url"):
+            Upstream(name="t", base_url=base, patterns=("*",))
 
 
 # ---------------------------------------------------------------- finding 5: chat spellings

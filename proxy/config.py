@@ -49,6 +49,10 @@ class ServerSettings(_Section):
     """Web origins (``scheme://host[:port]``) whose pages may call handoff from a browser;
     requests a browser sends for any other page are refused."""
     max_body_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    max_answer_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    """A non-streamed answer up to this size is read whole (kept for the store, inspected
+    for a context-length error); a larger one is relayed as it arrives, and the store
+    notes its size instead of keeping it."""
     history_cache_bytes: int = Field(16 * 1024 * 1024, ge=0)
     """Recent large request bodies kept with their parsed messages, and the token counts of
     their conversations' latest turns, so a history resent next turn is not parsed and

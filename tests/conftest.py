@@ -13,7 +13,11 @@ from aiohttp.test_utils import TestServer
 from proxy.config import Settings
 from proxy.log import configure_logging
 from proxy.server.app import create_app
-from tests.fixtures_upstream import fake_upstream, fake_upstream_factory  # noqa: F401
+from tests.fixtures_upstream import (  # noqa: F401  # noqa: F401
+    fake_upstream,
+    fake_upstream_factory,
+    recording_upstream,
+)
 
 
 @dataclass

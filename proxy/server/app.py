@@ -97,7 +97,11 @@ def create_app(
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )
-    app = web.Application(client_max_size=settings.server.max_body_bytes)
+    # Request bodies are decoded by proxy.server.request_body, not by aiohttp's parser.
+    app = web.Application(
+        client_max_size=settings.server.max_body_bytes,
+        handler_args={"auto_decompress": False},
+    )
     app[SERVICES] = Services(
         settings=settings,
         router=router,

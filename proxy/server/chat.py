@@ -17,18 +17,19 @@ import structlog
 from aiohttp import web
 
 from proxy.decide.plan import Plan
-from proxy.errors import BodyTooLarge, HandoffError, StoreUnavailable
+from proxy.errors import HandoffError, StoreUnavailable
 from proxy.ingress.chat_completions import parse_chat
 from proxy.ingress.chat_request import ChatRequest
+from proxy.server.request_body import read_limited
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES, Services
-from proxy.server.unreadable import undecodable_body, unreadable_body
 from proxy.server.workspace import session_hint, workspace_for
 from proxy.store.base import TurnRecord, request_params
 from proxy.upstream.forward import (
     StreamOutcome,
     is_sse,
-    read_body,
+    read_bounded,
+    relay_rest,
     relay_stream,
     response_headers,
     send,
@@ -38,33 +39,7 @@ from proxy.upstream.routing import Upstream
 from proxy.upstream.sse import ReplyAssembler, read_answer
 
 log = structlog.get_logger("handoff.chat")
-
-
-async def read_limited(request: web.Request, limit: int) -> bytes:
-    """The whole body, or :class:`BodyTooLarge` as soon as it passes ``limit``; a 400
-    when it cannot be read (bad chunking, or it does not decompress)."""
-    if request.content_length is not None and request.content_length > limit:
-        raise _too_large(request.content_length, limit)
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while chunk := await request.content.readany():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(size, limit)
-            chunks.append(chunk)
-    except web.RequestPayloadError as e:
-        raise unreadable_body(e, request.headers.get("Content-Encoding")) from None
-    if not chunks and request.content_length != 0 and "Content-Encoding" in request.headers:
-        raise undecodable_body(request.headers["Content-Encoding"])  # it decompressed to nothing
-    return b"".join(chunks)
-
-
-def _too_large(size: int, limit: int) -> BodyTooLarge:
-    return BodyTooLarge(
-        f"The request body ({size:,} bytes or more) exceeds handoff's limit of {limit:,} "
-        "bytes (server.max_body_bytes)."
-    )
+_V1_CHAT = "/v1/chat/completions"
 
 
 @dataclass(slots=True)
@@ -132,8 +107,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             turn.settle()  # else the store's writer parses the answer, if it is recorded
         if turn.usage is not None:
             svc.planner.observe(req, plan, turn.usage)
+        # The metric's route: one of the two, whichever spelling passthrough sent here.
+        route = "/chat/completions" if request.path == "/chat/completions" else _V1_CHAT
         svc.metrics.observe_chat(
-            request.path, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
+            route, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
         )
         if svc.settings.server.log_content:
             # Debug only (server.log_content): what was asked, sent and answered.
@@ -149,15 +126,18 @@ async def _exchange(
     request: web.Request, svc: Services, req: ChatRequest, up: Upstream, plan: Plan, turn: _Turn
 ) -> web.StreamResponse:
     headers = up.request_headers(request.headers)
-    path_qs = "/chat/completions" + (f"?{request.query_string}" if request.query_string else "")
+    url = up.url("/chat/completions", request.rel_url.raw_query_string)
+    max_answer = svc.settings.server.max_answer_bytes
     while True:
-        resp = await send(up, "POST", path_qs, headers, plan.body, svc.timeout)
+        resp = await send(up, "POST", url, headers, plan.body, svc.timeout)
         try:
             turn.status = resp.status
             if is_sse(resp):
                 turn.streamed = True
                 return await _relay_sse(request, svc, up, resp, plan, turn)
-            body = await read_body(up, resp)
+            body, whole = await read_bounded(up, resp, max_answer)
+            if not whole:  # too large to hold; an overflow error never is
+                return await _relay_large(request, up, resp, plan, body, turn, max_answer)
         finally:
             resp.close()  # drops an unfinished stream's connection: the upstream stops
         limit = context_limit(resp.status, body)
@@ -202,9 +182,43 @@ async def _relay_sse(
         turn.finish_reason = assembler.finish_reason
         turn.error = assembler.error
         if outcome.upstream_error:
-            turn.error = {"error": {"message": outcome.upstream_error, "type": "upstream_error"}}
+            turn.error = _broke_off(outcome)
         if keep_raw:
             turn.raw = b"".join(raw_parts)
+
+
+async def _relay_large(
+    request: web.Request,
+    up: Upstream,
+    resp: Any,
+    plan: Plan,
+    head: bytes,
+    turn: _Turn,
+    limit: int,
+) -> web.StreamResponse:
+    """Relay an answer over ``limit`` as it arrives; the store gets a note, not the body."""
+    outcome = StreamOutcome()
+    try:
+        return await relay_rest(request, up, resp, plan.response_headers, head, outcome)
+    finally:
+        turn.cancelled = outcome.cancelled
+        turn.bytes_out = outcome.bytes_out
+        turn.error = _broke_off(outcome) if outcome.upstream_error else _not_kept(turn, limit)
+
+
+def _broke_off(outcome: StreamOutcome) -> dict[str, Any]:
+    return {"error": {"message": outcome.upstream_error, "type": "upstream_error"}}
+
+
+def _not_kept(turn: _Turn, limit: int) -> dict[str, Any]:
+    """What the store records instead of an answer too large to keep."""
+    size = turn.bytes_out
+    message = (
+        f"The answer ({size:,} bytes) was relayed to the client but not kept: it is over "
+        f"server.max_answer_bytes ({limit:,})."
+    )
+    error = {"message": message, "type": "handoff_note", "param": None, "code": "answer_not_kept"}
+    return {"error": {**error, "answer_bytes": size}}
 
 
 def _record(

@@ -217,9 +217,11 @@ class ConnectionGuard:
             )
             return self._refuse
         self._count += 1
-        return GuardedHandler(
-            self, self._server, loop=self._loop, keepalive_timeout=KEEPALIVE_S, access_log=None
-        )
+        # The server's own handler arguments (the app's handler_args, such as handoff's
+        # auto_decompress=False) as aiohttp's Server.__call__ passes them, then ours.
+        kwargs = {**getattr(self._server, "_kwargs", {}), "keepalive_timeout": KEEPALIVE_S}
+        kwargs["access_log"] = None
+        return GuardedHandler(self, self._server, loop=self._loop, **kwargs)
 
     def now(self) -> float:
         return self._loop.time()

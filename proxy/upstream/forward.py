@@ -1,9 +1,10 @@
 """Talking to an upstream and relaying its answer, bytes as they are.
 
 ``send`` opens the upstream request and maps connection failures and timeouts to
-:class:`UpstreamUnreachable` / :class:`UpstreamTimeout`. A JSON answer is read
-whole (so the caller may inspect it, e.g. for a context-length retry); an SSE
-answer is relayed chunk by chunk as it arrives, never re-serialised, with a tee.
+:class:`UpstreamUnreachable` / :class:`UpstreamTimeout`. A JSON answer up to
+``server.max_answer_bytes`` is read whole (so the caller may inspect and keep it,
+e.g. for a context-length retry); a larger one, and an SSE answer, is relayed chunk
+by chunk as it arrives, never re-serialised.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable, error_body
 from proxy.upstream.routing import HOP_BY_HOP, Upstream
@@ -32,7 +34,7 @@ _DROP_RESPONSE = HOP_BY_HOP | {
 async def send(
     up: Upstream,
     method: str,
-    path_qs: str,
+    url: URL,
     headers: CIMultiDict[str],
     body: bytes | None,
     timeout: aiohttp.ClientTimeout,
@@ -47,7 +49,7 @@ async def send(
     try:
         return await up.session.request(
             method,
-            up.url(path_qs),
+            url,  # from up.url(): checked, and sent as built
             headers=headers,
             data=body,
             timeout=timeout,
@@ -83,9 +85,19 @@ def is_sse(resp: aiohttp.ClientResponse) -> bool:
     return ctype[:17].lower() == "text/event-stream" and ctype[17:18] in ("", ";", " ")
 
 
-async def read_body(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
+async def read_bounded(
+    up: Upstream, resp: aiohttp.ClientResponse, limit: int
+) -> tuple[bytes, bool]:
+    """The answer's body and True; or, once it passes ``limit`` bytes, what was read so far
+    and False: the caller relays the rest (:func:`relay_rest`) instead of holding it."""
+    parts: list[bytes] = []
+    size = 0
     try:
-        return await resp.read()
+        while chunk := await resp.content.readany():
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return b"".join(parts), False
     except TimeoutError:
         raise UpstreamTimeout(
             f"Upstream {up.name!r} stopped sending its answer (timeouts.read_s)."
@@ -94,6 +106,7 @@ async def read_body(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
         raise UpstreamUnreachable(
             f"Upstream {up.name!r} broke off its answer: {type(e).__name__}."
         ) from None
+    return b"".join(parts), True
 
 
 @functools.lru_cache(maxsize=1024)
@@ -129,8 +142,43 @@ async def relay_stream(
     out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
     out.headers["X-Accel-Buffering"] = "no"
     out.headers.setdefault("Cache-Control", "no-cache")
+    return await _relay(request, up, resp, out, b"", tee, outcome)
+
+
+async def relay_rest(
+    request: web.Request,
+    up: Upstream,
+    resp: aiohttp.ClientResponse,
+    extra_headers: Mapping[str, str],
+    head: bytes,
+    outcome: StreamOutcome,
+) -> web.StreamResponse:
+    """Relay a body too large to hold: ``head`` (what :func:`read_bounded` read), then the
+    rest as it arrives, with the upstream's length when it is the body's own."""
+    out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
+    if resp.content_length is not None and "Content-Encoding" not in resp.headers:
+        out.content_length = resp.content_length
+    return await _relay(request, up, resp, out, head, _ignore, outcome)
+
+
+def _ignore(chunk: bytes) -> None:
+    pass
+
+
+async def _relay(
+    request: web.Request,
+    up: Upstream,
+    resp: aiohttp.ClientResponse,
+    out: web.StreamResponse,
+    head: bytes,
+    tee: Callable[[bytes], None],
+    outcome: StreamOutcome,
+) -> web.StreamResponse:
     try:
         await out.prepare(request)
+        if head:
+            await out.write(head)
+            outcome.bytes_out += len(head)
         async for chunk in resp.content.iter_any():
             tee(chunk)
             await out.write(chunk)
@@ -139,8 +187,15 @@ async def relay_stream(
         outcome.cancelled = True
         raise
     except (TimeoutError, aiohttp.ClientError) as e:
-        # Headers are gone already: say it in-band, as OpenAI does, then end.
         outcome.upstream_error = f"{type(e).__name__}"
+        if not is_sse(resp):
+            # No way to say it in-band: end the connection unfinished, so the client
+            # cannot take the cut body for a whole one (aiohttp's write_eof then finds
+            # the transport closing and gives up quietly).
+            if request.transport is not None:
+                request.transport.close()
+            return out
+        # Headers are gone already: say it in-band, as OpenAI does, then end.
         msg = f"Upstream {up.name!r} broke off the stream ({type(e).__name__})."
         code = "upstream_timeout" if isinstance(e, TimeoutError) else "upstream_unreachable"
         event = b"data: " + orjson.dumps(error_body(msg, "upstream_error", None, code)) + b"\n\n"

@@ -3,7 +3,7 @@
 ``[[upstreams]]`` entries are tried in order; the first whose ``models`` glob matches
 wins, and ``--upstream`` adds a catch-all at the end. Each upstream owns one pooled
 ``aiohttp.ClientSession``. Nothing in a request can choose a URL: only configured
-base URLs are ever contacted.
+base URLs are ever contacted, and only below their paths (:mod:`proxy.upstream.paths`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from fnmatch import fnmatchcase
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from proxy.config import ConfigError, Settings, UpstreamSettings
 from proxy.errors import InvalidRequest, NoRoute
+from proxy.upstream.paths import check_path
 
 HOP_BY_HOP = frozenset(
     {
@@ -35,9 +37,11 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# Request headers that are the proxy's to set, or handoff's own.
-_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
+# Request headers that are the proxy's to set, or handoff's own. The body handoff sends is
+# never compressed (proxy.server.request_body decoded it): no Content-Encoding.
+_DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "content-encoding"}
 _HANDOFF_PREFIX = "x-handoff-"
+_CHAT = "/chat/completions"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -59,22 +63,49 @@ class Upstream:
     ca_bundle: str | None = None
     session: aiohttp.ClientSession | None = field(default=None, repr=False)
     _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
+    _base: URL = field(init=False, repr=False)  # base_url's scheme, authority and path
+    _root: str = field(init=False, repr=False)  # its path, without a trailing slash
+    _chat: URL = field(init=False, repr=False)  # url(_CHAT), built once
+
+    def __post_init__(self) -> None:
+        base = URL(self.base_url)
+        if base.raw_query_string or base.raw_fragment:
+            raise ConfigError(
+                f"upstreams[{self.name}].base_url: {self.base_url!r} has a query or fragment; "
+                "give the URL requests are sent below, e.g. https://api.openai.com/v1"
+            )
+        self._base = base
+        self._root = base.raw_path.rstrip("/")
+        self._chat = self._build(_CHAT, "")
 
     def matches(self, model: str) -> bool:
         return any(fnmatchcase(model, p) for p in self.patterns)
 
-    def url(self, path_qs: str) -> str:
-        """``path_qs`` is relative to ``/v1`` (e.g. ``/chat/completions?x=1``).
+    def url(self, raw_path: str, raw_query: str = "") -> URL:
+        """The URL for ``raw_path`` below ``/v1`` (``/chat/completions``) and ``raw_query``,
+        both as the client sent them, escapes intact: they are forwarded byte for byte
+        (``encoded=True``: yarl neither decodes nor normalises them, and aiohttp sends
+        ``raw_path_qs``). A path that could climb out of ``base_url``'s is refused
+        (:func:`~proxy.upstream.paths.check_path`), and the URL built is checked to be below it."""
+        if not raw_query and raw_path == _CHAT:
+            return self._chat  # the common request: built and checked once
+        return self._build(raw_path, raw_query)
 
-        A ``.`` or ``..`` segment (e.g. from a client's ``..%2F``) would let the request
-        leave ``base_url``'s path once the URL is normalised, so it is refused."""
-        path = path_qs.split("?", 1)[0]
-        if "." in path and any(seg in (".", "..") for seg in path.split("/")):
+    def _build(self, raw_path: str, raw_query: str) -> URL:
+        check_path(raw_path)
+        root = self._root
+        url = URL.build(
+            scheme=self._base.scheme,
+            authority=self._base.raw_authority,
+            path=root + raw_path,
+            query_string=raw_query,
+            encoded=True,
+        )
+        if not url.raw_path.startswith(root + "/"):
             raise InvalidRequest(
-                "The request path may not contain '.' or '..' segments: handoff only "
-                f"forwards below the upstream's base URL ({self.name!r})."
+                f"The request path {raw_path!r} would leave upstream {self.name!r}'s base URL."
             )
-        return self.base_url + path_qs
+        return url
 
     def request_headers(
         self, incoming: CIMultiDictProxy[str] | Mapping[str, str]

@@ -1,6 +1,8 @@
 """Bad input through the running proxy: every request gets a clear OpenAI-shaped 4xx from
 handoff, or reaches the upstream byte for byte (the upstream judges it). None gets a 500
-from handoff, and every request that reached the upstream is snapshotted.
+from handoff, and every request that reached the upstream is snapshotted. Odd paths
+and queries never land outside the upstream's base path, and any that a lenient
+upstream could take for its chat endpoint is handled as chat.
 
 Hypothesis runs in a worker thread (its test functions are synchronous) and sends each
 case through the event loop that serves the proxy and the fake upstream.
@@ -11,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import aiohttp
 import pytest
@@ -22,6 +26,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpServer
+from yarl import URL
 
 from proxy.config import Settings
 from proxy.ingress.chat_completions import MAX_DEPTH
@@ -30,6 +35,7 @@ from proxy.server.serving import listening
 from proxy.store.read import SqliteReader
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.fake_upstream import ROLES, FakeUpstream
+from tests.recording_upstream import RecordingUpstream
 
 MODELS = {
     "small-8k": {"context_window": 8192, "max_output_tokens": 1024, "tokenizer": "o200k_base"},
@@ -600,5 +606,108 @@ async def test_fuzzed_request_heads(served: int) -> None:
         assert status < 500 and MARK not in body, (status, body[:300])
         if status >= 400:
             _check_unreadable(status, headers, body)
+
+
+# ---------------------------------------------------------------- paths and queries
+
+SERVER_KEY = "sk-fuzz-server-key"
+PIECES = [
+    *("chat", "Chat", "completions", "COMPLETIONS", "models", "admin", "a.b", "x"),
+    *("/", "//", ".", "..", "...", ";", ";x=1", "%20", "%09", "%00"),
+    *("%2e", "%2E", "%252e", "%25252e", "%25%32%65", "%%32%65", "%c0%ae", "%ef%bc%8e"),
+    *("%2f", "%2F", "%252f", "%5c", "%255c", "\\", "%3b", "%63", "%", "%zz", "%41"),
+]
+QUERY_PIECES = ["a", "=", "&", "%23", "%26", "%3D", "+", "%2B", "%20", "%", "%zz", "..", "/"]
+
+
+def landing(raw: str) -> str:
+    """Where the most lenient upstream could take a raw path: unescaped until it stops
+    changing, backslashes as slashes, ``;`` parameters and padding dropped, dot segments
+    resolved, slashes merged."""
+    text = raw
+    for _ in range(6):
+        text, before = unquote(text, errors="replace"), text
+        if text == before:
+            break
+    segments = [p.split(";", 1)[0].strip() for p in text.replace("\\", "/").split("/")]
+    return posixpath.normpath("/" + "/".join(p for p in segments if p))
+
+
+@dataclass
+class PathRig:
+    proxy: ProxyHandle
+    rec: RecordingUpstream
+    client: aiohttp.ClientSession
+
+    async def send(self, method: str, target: str) -> tuple[int, dict[str, str], bytes]:
+        url = URL(self.proxy.root + target, encoded=True)
+        body = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}'
+        async with self.client.request(method, url, data=body) as r:
+            return r.status, dict(r.headers), await r.read()
+
+    def check(self, method: str, path: str, query: str, n0: int, out: Any) -> None:
+        """The invariant for one request (``/v1`` + ``path`` ? ``query``)."""
+        status, headers, body = out
+        assert status < 500, (path, status, body[:300])
+        seen = self.rec.seen[n0:]
+        base = self.rec.base_path
+        for s in seen:
+            where = landing(s.raw_path)
+            assert where == base or where.startswith(base + "/"), (path, s.raw_path)
+            assert s.headers.get("Authorization") == f"Bearer {SERVER_KEY}"
+            assert s.raw_query == query  # byte for byte
+        if not seen:
+            error = json.loads(body)["error"]
+            assert 400 <= status < 500 and set(error) == {"message", "type", "param", "code"}
+            return
+        (s,) = seen
+        as_chat = landing(s.raw_path).lower().rstrip("/") == base + "/chat/completions"
+        if (method == "POST" and as_chat) or "x-handoff-decision" in headers:
+            assert "x-handoff-decision" in headers, (path, s.raw_path)
+            assert s.raw_path == base + "/chat/completions", path
+        else:
+            assert s.raw_path == "/tenant-a/v1" + path  # forwarded as sent
+
+
+@pytest.fixture
+async def path_rig(
+    recording_upstream: RecordingUpstream, make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    monkeypatch.setenv("FUZZ_SERVER_KEY", SERVER_KEY)
+    upstream = {"name": "t", "base_url": recording_upstream.url, "api_key_env": "FUZZ_SERVER_KEY"}
+    proxy = await make_proxy(upstreams=[upstream], tokens={"discover": False})
+    async with aiohttp.ClientSession() as client:
+        yield PathRig(proxy, recording_upstream, client)
+
+
+async def test_odd_paths_and_queries_stay_below_base_url(path_rig: PathRig) -> None:
+    """Any mix of dots, slashes, escapes (single, double, mixed), backslashes, ';'
+    parameters and case in the path, and any query: never outside /tenant-a/v1 with the
+    server's key; a chat spelling is handled as chat; the rest is forwarded as sent."""
+    loop = asyncio.get_running_loop()
+
+    @FUZZ
+    @given(
+        st.sampled_from(["GET", "POST"]),
+        st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join),
+        st.lists(st.sampled_from(QUERY_PIECES), max_size=6).map("".join),
+    )
+    @example("GET", "/%252e%252e/%252e%252e/admin/keys", "")
+    @example("POST", "/%2e%2e/%2e%2e/admin/keys", "")
+    @example("GET", "/..;/..;/admin", "")
+    @example("GET", "/..\\..\\admin", "")
+    @example("POST", "/chat%2Fcompletions", "")
+    @example("POST", "/chat/completions/", "a=%23b&c=%26d")
+    @example("POST", "//chat//completions//", "")
+    @example("POST", "/Chat/Completions", "")
+    @example("POST", "/./chat/completions", "")
+    @example("POST", "/chat/completions%3b", "")
+    @example("GET", "/models", "a=%23b&c=%26d")
+    def prop(method: str, path: str, query: str) -> None:
+        path = path if path.startswith("/") else "/" + path
+        target = "/v1" + path + (f"?{query}" if query else "")
+        n0 = len(path_rig.rec.seen)
+        out = asyncio.run_coroutine_threadsafe(path_rig.send(method, target), loop).result(30)
+        path_rig.check(method, path, query, n0, out)
 
     await asyncio.to_thread(prop)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from aiohttp import web
@@ -12,6 +13,7 @@ from proxy.build import store_writer
 from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
 from proxy.process_tuning import tune_malloc
+from proxy.store.errors import StoreInUse
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 
@@ -63,16 +65,24 @@ def run(args: argparse.Namespace) -> int:
         )
     app = create_app(settings, catch_all=catch_all)
     where = f"http://{settings.server.host}:{settings.server.port}/v1"
-    print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
-    web.run_app(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        handler_cancellation=True,
-        shutdown_timeout=settings.server.shutdown_grace_s,
-        print=None,
-        access_log=None,
-    )
+
+    async def banner(_: web.Application) -> None:  # once the store has started (and is ours)
+        print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
+
+    app.on_startup.append(banner)
+    try:
+        web.run_app(
+            app,
+            host=settings.server.host,
+            port=settings.server.port,
+            handler_cancellation=True,
+            shutdown_timeout=settings.server.shutdown_grace_s,
+            print=None,
+            access_log=None,
+        )
+    except StoreInUse as e:
+        print(f"handoff: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -79,6 +79,7 @@ class _Reporter:
             "ok": h.ok,
             "queue_depth": h.queue_depth,
             "write_failures": h.write_failures + self.unreadable,
+            "lost_turns": h.lost_turns + self.unreadable,
             "last_error": h.last_error,
             "received": self.received,
             "writer_cpu_s": time.process_time(),
@@ -187,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--flush-interval-s", type=float, default=0.2)
     p.add_argument("--redact", action="store_true")
     p.add_argument("--max-bytes", type=int)
+    p.add_argument("--writer-id", help="counts its commits under this id (progress)")
     p.add_argument("--log-format", choices=["console", "json"], default="console")
     args = p.parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -203,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_bytes=args.max_bytes,
         # No event loop here, but a client or a model may share the CPU:
         pacer=Pacer(GIVE_WAY_S, yield_cpu, backlog.keeping_up),
+        lock=False,  # its proxy holds the store's lock, and this process inherited it
+        writer_id=args.writer_id,
     )
     serve(store, sys.stdin.buffer, sys.stdout.buffer, backlog)
     return 0

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.shipped import HeldMessages, ShippedBodies
 from proxy.store.wire import decode, encode_calibration, encode_turn, frames
+from proxy.store.writer_process import HEAD
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
 from tests.polling import wait_until
@@ -273,3 +275,21 @@ async def test_a_writer_killed_under_load_reports_exactly_the_turns_lost(
     stored = sum(s["turns"] for s in SqliteReader(db).list_sessions(limit=100_000))
     assert state["status"] == "degraded" and state["store"]["ok"] is True  # writing again
     assert state["store"]["lost_turns"] == completed - stored >= 10, (completed, stored)
+
+
+def test_a_batch_cut_short_by_the_proxy_s_death_keeps_its_whole_turns(tmp_path: Path) -> None:
+    """kill -9 of the proxy in the middle of writing a batch (the writer behind, the socket
+    full): the writer still writes the batch's turns that arrived whole, and not the one
+    cut in two."""
+    turns = [_record([{"role": "user", "content": f"cut {i}"}], True) for i in range(3)]
+    pieces = frames([encode_turn(t) for t in turns], ShippedBodies())
+    wire = b"".join(pieces)
+    cut = len(wire) - len(pieces[-2]) // 2 - sum(map(len, pieces[-1:]))  # inside the last
+    argv = ProcessStore(tmp_path / "h.db")._argv  # the writer as the store starts it
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    assert proc.stdin is not None
+    proc.stdin.write(HEAD.pack(len(wire), 0) + wire[:cut])
+    proc.stdin.close()  # as the proxy's death closes it
+    assert proc.wait(20) == 0
+    titles = sorted(s["title"] for s in SqliteReader(tmp_path / "h.db").list_sessions())
+    assert titles == ["cut 0", "cut 1"]

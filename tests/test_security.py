@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import ssl
@@ -19,6 +20,7 @@ from aiohttp import web
 
 from proxy.cli import main as cli_main
 from proxy.config import ConfigError, load_settings
+from proxy.store.db import connect
 from proxy.upstreams import Upstream
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Fault, FaultKind, authorization_fingerprint
@@ -254,6 +256,69 @@ async def test_store_file_0600_and_directory_0700(
     assert db in files
     for p in files:
         assert p.stat().st_mode & 0o777 == 0o600, p.name
+
+
+async def _one_stored_turn(proxy: Any, db: Path) -> None:
+    async with aiohttp.ClientSession(timeout=BOUND) as s:
+        async with s.post(proxy.url + "/chat/completions", json=CHAT) as r:
+            assert r.status == 200
+    await until(lambda: len(stored_turns(db)) == 1)
+
+
+def _modes(paths: list[Path]) -> dict[str, str]:
+    return {p.name: f"{p.stat().st_mode & 0o777:04o}" for p in paths}
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+async def test_store_files_are_private_whatever_the_umask(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
+) -> None:
+    """Under umask 000 every directory handoff makes for the store (missing parents
+    included) is 0700, and the database, its -wal, -shm and lock files 0600."""
+    db = tmp_path / "a" / "b" / "h.db"
+    old = os.umask(0)
+    try:
+        proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
+        await _one_stored_turn(proxy, db)
+    finally:
+        os.umask(old)
+    files = sorted(db.parent.iterdir())
+    assert {p.name for p in files} >= {"h.db", "h.db-wal", "h.db-shm", "h.db.lock"}
+    assert _modes([tmp_path / "a", db.parent]) == {"a": "0700", "b": "0700"}
+    assert _modes(files) == {p.name: "0600" for p in files}
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+async def test_a_store_open_to_others_is_warned_about_once_and_tightened(
+    fake_upstream: FakeUpstream,
+    make_proxy: MakeProxy,
+    tmp_path: Path,
+    writer: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A store found readable by others: one warning names what is open; the database and
+    its -wal/-shm (ours) become 0600; the directory handoff did not make is left as is."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    db = shared / "h.db"
+    connect(db).close()
+    for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        p.touch()
+        p.chmod(0o644)
+    capsys.readouterr()
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
+    await _one_stored_turn(proxy, db)
+    assert _modes([shared]) == {"shared": "0755"}
+    assert _modes([db, Path(f"{db}-wal"), Path(f"{db}-shm")]) == {
+        "h.db": "0600",
+        "h.db-wal": "0600",
+        "h.db-shm": "0600",
+    }
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if "store_permissions" in ln]
+    assert len(warnings) == 1, warnings
+    for name in (f"{shared} 0755", "h.db 0644", "h.db-wal 0644", "h.db-shm 0644"):
+        assert name in warnings[0]
 
 
 # ---------------------------------------------------------------- where requests go

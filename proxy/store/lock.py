@@ -21,7 +21,7 @@ from pathlib import Path
 import structlog
 
 from proxy.store.errors import StoreInUse
-from proxy.store.files import make_dirs, open_private
+from proxy.store.files import make_dirs, open_private, tighten
 
 log = structlog.get_logger("handoff.store")
 
@@ -48,10 +48,12 @@ def lock_path(db: Path) -> Path:
 
 
 def claim(db: Path, drain_wait_s: float = DRAIN_WAIT_S) -> WriterLock:
-    """Make the store's directory (private) and take its lock: :class:`StoreInUse` if
-    another live process holds it; ``OSError`` if the lock file cannot be made (then
-    the store cannot be written either, and the caller reports that)."""
+    """Make the store's directory (private), check what others may read (``tighten``)
+    and take the store's lock: :class:`StoreInUse` if another live process holds it;
+    ``OSError`` if the lock file cannot be made (then the store cannot be written
+    either, and the caller reports that)."""
     make_dirs(db.parent)
+    tighten(db)
     fd = open_private(lock_path(db), os.O_RDWR)
     try:
         _lock(fd, db, drain_wait_s)

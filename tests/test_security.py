@@ -321,6 +321,35 @@ async def test_a_store_open_to_others_is_warned_about_once_and_tightened(
         assert name in warnings[0]
 
 
+SHADOWS = ("inspect", "json", "sqlite3")
+
+
+async def test_modules_in_the_working_directory_never_reach_the_writer(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """``handoff serve`` started from a folder holding ``inspect.py``, ``json.py`` and
+    ``sqlite3.py`` that would break any process importing them: its writer process
+    imports the standard library's, and the turn is recorded."""
+    here = tmp_path / "project"
+    here.mkdir()
+    for name in SHADOWS:
+        (here / f"{name}.py").write_text(f'raise SystemExit("{name}.py of the working folder")\n')
+    db = tmp_path / "h.db"
+    args = ["--upstream", fake_upstream.url, "--store", str(db)]
+    env = {"HANDOFF_STORE__WRITER": "process"}
+    async with handoff_serve(tmp_path, args, env, cwd=here) as server:
+        assert "writer: process" in server.banner
+        async with aiohttp.ClientSession(timeout=BOUND) as s:
+            await read_stream(s, server.url, "recorded")
+            await until(lambda: len(stored_turns(db)) == 1, 15)
+            async with s.get(server.root + "/healthz") as r:
+                store = (await r.json())["store"]
+        server.proc.send_signal(signal.SIGTERM)
+        assert await server.wait() == 0
+    assert store["ok"] and store["write_failures"] == 0
+    assert "of the working folder" not in server.stderr.read_text()
+
+
 # ---------------------------------------------------------------- where requests go
 
 

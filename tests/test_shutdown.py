@@ -27,6 +27,7 @@ from tests.fake_upstream import FakeUpstream, free_port
 from tests.test_faults import stored_turns, until
 
 ROOT = Path(__file__).resolve().parent.parent
+HANDOFF = Path(sys.executable).with_name("handoff")  # the script pip installed
 BOUND = aiohttp.ClientTimeout(total=15)
 
 
@@ -53,17 +54,23 @@ class ServerProc:
 
 @contextlib.asynccontextmanager
 async def handoff_serve(
-    tmp_path: Path, args: Sequence[str], env: dict[str, str] | None = None
+    tmp_path: Path,
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> AsyncIterator[ServerProc]:
     """Start ``handoff serve ARGS --port P --log-format json`` and wait until it answers;
-    killed at exit if still running. Logs (stderr) go to a file under ``tmp_path``."""
+    killed at exit if still running. Logs (stderr) go to a file under ``tmp_path``.
+    With ``cwd`` it runs there as a user runs it (the installed ``handoff`` script),
+    else as ``python -m proxy.cli`` from the repository."""
     port = free_port()
     stderr = tmp_path / f"serve-{port}.log"
     with stderr.open("wb") as err:
-        cmd = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port)]
+        launcher = [sys.executable, "-m", "proxy.cli"] if cwd is None else [str(HANDOFF)]
+        cmd = [*launcher, "serve", "--port", str(port)]
         proc = subprocess.Popen(
             [*cmd, "--log-format", "json", *args],
-            cwd=ROOT,
+            cwd=ROOT if cwd is None else cwd,
             stdout=subprocess.PIPE,
             stderr=err,
             env={**os.environ, "HANDOFF_CONFIG": "", **(env or {})},

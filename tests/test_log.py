@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Iterator
 
+import aiohttp
 import pytest
 import structlog
 
@@ -19,6 +20,9 @@ from proxy.log import (
     flush_request_lines,
     log_request,
 )
+from proxy.unknown_models import UnknownModels
+from tests.conftest import MakeProxy
+from tests.fake_upstream import FakeUpstream
 
 
 @pytest.fixture
@@ -193,3 +197,45 @@ def test_secrets_in_nested_values_and_request_ids_are_scrubbed(
     assert "abcdefghijkl" not in err
     *_, nested, rid = _lines(err)
     assert "[redacted]" in str(nested["detail"]) and rid["request_id"] == "[redacted]"
+
+
+async def test_unknown_model_names_are_warned_about_a_few_then_counted(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Model names come from clients: 60 distinct unknown ones write the first few
+    warnings, each naming its model, and then one summary line, not 60 lines."""
+    proxy = await make_proxy(fake_upstream.url, tokens={"discover": False})
+    capsys.readouterr()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+        for i in range(60):
+            body = {
+                "model": f"no-such-model-{i % 50}",
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+            async with s.post(proxy.url + "/chat/completions", json=body) as r:
+                await r.read()
+    err = capsys.readouterr().err.splitlines()
+    named = [ln for ln in err if "unknown_model_window " in ln]
+    summaries = [ln for ln in err if "unknown_model_windows " in ln]
+    assert len(named) == UnknownModels.FIRST and "no-such-model-0" in named[0]
+    assert len(summaries) == 1 and "new_names=1" in summaries[0]
+
+
+def test_unknown_model_summaries_come_at_most_every_period(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """After the first names, a new name is counted, and the count logged when a new name
+    comes a period after the last summary; a name seen before is never counted again."""
+    now = [0.0]
+    models = UnknownModels(first=2, every_s=60.0, clock=lambda: now[0])
+    for name in ["a", "b", "a", "c", "d", "c", "e"]:
+        models.saw(name)
+    now[0] = 61.0
+    models.saw("f")
+    models.saw("b")
+    err = capsys.readouterr().err.splitlines()
+    assert sum("unknown_model_window " in ln for ln in err) == 2
+    summaries = [ln for ln in err if "unknown_model_windows " in ln]
+    assert len(summaries) == 2
+    assert "new_names=1" in summaries[0] and "total_names=3" in summaries[0]  # c
+    assert "new_names=3" in summaries[1] and "total_names=6" in summaries[1]  # d, e, f

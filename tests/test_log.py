@@ -239,3 +239,43 @@ def test_unknown_model_summaries_come_at_most_every_period(
     assert len(summaries) == 2
     assert "new_names=1" in summaries[0] and "total_names=3" in summaries[0]  # c
     assert "new_names=3" in summaries[1] and "total_names=6" in summaries[1]  # d, e, f
+
+
+KEY_SHAPED = [
+    "sk-proj-Abc123Def456Ghi789Jkl012",
+    "sk-ant-api03-Abc123Def456Ghi789",
+    "github_pat_11ABCDEFG0123456789_abcdefghij",
+    "ghp_0123456789abcdefghijABCDEFGHIJ012345",
+    "AKIAIOSFODNN7EXAMPLE",
+    "bearer abcdefghijkl.mnop",
+]
+
+
+def _raise_with_a_key_around() -> None:
+    api_key = "canaryLOCAL-1234567890"  # a local a traceback renderer could show
+    raise ValueError(f"upstream said no to {KEY_SHAPED[0]} ({len(api_key)})")
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+def test_the_scrubber_covers_every_field(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever a careless log call passes: a key-shaped value of any recognised kind, in
+    any field, nested or not, as text or bytes or an object; a nested field named like a
+    secret; an exception's message and its traceback (never its locals)."""
+    configure_logging(fmt)  # type: ignore[arg-type]
+    try:
+        log = structlog.get_logger("handoff.test")
+        for i, key in enumerate(KEY_SHAPED):
+            log.warning(f"leak_{i}", model=key, nested={"deep": [key]}, raw=key.encode())
+        log.warning("headers", headers={"api-key": "canaryAPIKEY-3e8a55b6c1", "x-trace": "ok"})
+        log.warning("object", value=ValueError(KEY_SHAPED[0]))
+        try:
+            _raise_with_a_key_around()
+        except ValueError as e:
+            log.exception("internal_error", exc_info=e)
+    finally:
+        configure_logging("console")
+    err = capsys.readouterr().err
+    for secret in [*KEY_SHAPED, "canaryAPIKEY", "canaryLOCAL", "abcdefghijkl.mnop"]:
+        assert secret not in err, secret
+    assert "_raise_with_a_key_around" in err and "ValueError" in err  # the traceback is there
+    assert "x-trace" in err and "ok" in err

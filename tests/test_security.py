@@ -21,6 +21,7 @@ from aiohttp import web
 from proxy.cli import main as cli_main
 from proxy.config import ConfigError, load_settings
 from proxy.store.db import connect
+from proxy.store.read import SqliteReader
 from proxy.upstreams import Upstream
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Fault, FaultKind, authorization_fingerprint
@@ -239,6 +240,41 @@ async def test_store_redact_masks_secrets_in_content(
     if redact:
         assert "sk-proj-[REDACTED]" in turn["history"][0]["content"]
         assert "AKIA[REDACTED]" in turn["reply"]["content"]
+
+
+PASTED = {
+    "model": "github_pat_11ABCDEFG0123456789_modelmodelmodel",
+    "x-handoff-workspace": "sk-ant-api03-Workspace0123456789abcdef",
+    "x-handoff-session": "sk-proj-Session0123456789abcdefghij",
+}
+
+
+async def test_keys_pasted_as_model_workspace_or_session_reach_neither_logs_nor_store(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, capsys: Any
+) -> None:
+    """A key pasted as the model name, or in the workspace or session header, is masked in
+    every log line, and with ``store.redact`` never stored: the workspace and session
+    are kept as digests of what was sent, so two turns still thread into one session."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "redact": True})
+    headers = {k: v for k, v in PASTED.items() if k.startswith("x-")}
+    history: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession(timeout=BOUND) as s:
+        for content in ("first", "second"):
+            history.append({"role": "user", "content": content})
+            body = {"model": PASTED["model"], "messages": history}
+            async with s.post(proxy.url + "/chat/completions", json=body, headers=headers) as r:
+                await r.read()
+    await until(lambda: len(stored_turns(db)) == 2)
+    await proxy.server.close()  # the writer drains; the files are final
+    logs = capsys.readouterr().err
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("h.db"))
+    turns = json.dumps(stored_turns(db))
+    for key in PASTED.values():
+        assert key not in logs and key.encode() not in raw and key not in turns, key
+    assert "[redacted]" in logs
+    (session,) = SqliteReader(db).list_sessions()
+    assert session["turns"] == 2 and session["workspace"].startswith("redacted-")
 
 
 async def test_store_file_0600_and_directory_0700(

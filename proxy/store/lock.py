@@ -48,12 +48,11 @@ def lock_path(db: Path) -> Path:
 
 
 def claim(db: Path, drain_wait_s: float = DRAIN_WAIT_S) -> WriterLock:
-    """Make the store's directory (private), check what others may read (``tighten``)
-    and take the store's lock: :class:`StoreInUse` if another live process holds it;
+    """Make the store's directory (private), take the store's lock, and check what others
+    may read (``tighten``): :class:`StoreInUse` if another live process holds the lock;
     ``OSError`` if the lock file cannot be made (then the store cannot be written
     either, and the caller reports that)."""
     make_dirs(db.parent)
-    tighten(db)
     fd = open_private(lock_path(db), os.O_RDWR)
     try:
         _lock(fd, db, drain_wait_s)
@@ -62,6 +61,7 @@ def claim(db: Path, drain_wait_s: float = DRAIN_WAIT_S) -> WriterLock:
     except BaseException:
         os.close(fd)
         raise
+    tighten(db)  # (once ours: a refused second writer says only that)
     return WriterLock(fd)
 
 

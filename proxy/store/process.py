@@ -53,17 +53,19 @@ GATHER_S = 0.02
 MAX_QUEUE_BYTES = 256 << 20
 """Framed turns waiting for the writer, at most: beyond it the oldest are dropped (and
 counted), so a stalled writer cannot take the proxy's memory."""
-WRITER = [
-    sys.executable,
-    "-P",  # nothing of the working directory on the path: its json.py is not the stdlib's
-    "-c",
+BOOT = (
     "import sys; sys.path.append(sys.argv.pop(1)); "
-    "from proxy.store.writer_process import main; raise SystemExit(main())",
-    str(Path(__file__).resolve().parents[2]),  # where this proxy package is, last on the path
-]
-"""How the writer process starts. ``python -m`` would put the working directory first on
-its import path, and an ``inspect.py`` in the folder handoff was started from made the
-writer crash at every start."""
+    "from proxy.store.writer_process import main; raise SystemExit(main())"
+)
+"""The writer process's program (``-c``), after the directory holding this ``proxy``
+package, put last on its import path (an editable install's finder finds it anyway)."""
+
+
+def writer_command() -> list[str]:
+    """How the writer process starts: ``python -P -c BOOT``. ``python -m`` would put the
+    working directory first on its import path, and an ``inspect.py`` in the folder
+    handoff was started from made the writer crash at every start."""
+    return [sys.executable, "-P", "-c", BOOT, str(Path(__file__).resolve().parents[2])]
 
 
 @dataclass(slots=True)
@@ -96,7 +98,7 @@ class ProcessStore:
     ) -> None:
         self.path = Path(path)
         self._argv = [
-            *WRITER, "--path", str(path),
+            *writer_command(), "--path", str(path),
             "--flush-interval-s", str(flush_interval_s), "--log-format", log_format,
             *(["--redact"] if redact else []),
             *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),

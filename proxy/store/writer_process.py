@@ -1,7 +1,7 @@
 """The store's writer, in a process of its own.
 
-Started by :class:`~proxy.store.process.ProcessStore` (``process.WRITER``: never with
-the working directory on its import path). Reads batches from stdin
+Started by :class:`~proxy.store.process.ProcessStore` (``process.writer_command``:
+never with the working directory on its import path). Reads batches from stdin
 (``HEAD``: a length and the turns waiting behind, then ``wire`` frames) and hands each job to a
 :class:`~proxy.store.sqlite.SqliteStore`; writes its health to stdout as JSON
 lines. End of input, including the proxy's death by ``kill -9``, drains the

@@ -32,7 +32,7 @@ import structlog
 
 _SECRET_KEYS = re.compile(r"authorization|api[-_]?key|access[-_]?key|secret|password|token$", re.I)
 _SECRET_VALUES = re.compile(
-    r"(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}|AKIA[0-9A-Z]{16}"
+    r"(?:[Bb]earer|BEARER)\s+[A-Za-z0-9._~+/=-]{8,}|sk-[A-Za-z0-9_-]{8,}|AKIA[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{22,}"
 )
 """Every shape ``store.redact`` masks (``proxy.store.redact``), and looser: a log is no
@@ -51,15 +51,18 @@ def _secret_key(key: str) -> bool:
     return key not in _SAFE_KEYS and _SECRET_KEYS.search(key) is not None
 
 
-_STARTS = r"sk-|(?i:bearer)|AKIA|gh[pousr]_|github_pat_"
-"""What every pattern of ``_SECRET_VALUES`` starts with."""
-_STARTS_STR = re.compile(_STARTS)
-
-
 def _may_hold_secret(value: str) -> bool:
-    # A scan for the literals is cheaper than the full search, and nearly every
-    # logged value holds none of them.
-    return _STARTS_STR.search(value) is not None and _SECRET_VALUES.search(value) is not None
+    # A scan for what every pattern of _SECRET_VALUES holds is cheaper than the full
+    # search, and nearly every logged value holds none of it. (Substring tests: a
+    # regex of these literals took 1.5-2x their time on a model name.)
+    return (
+        "sk-" in value
+        or "earer" in value
+        or "EARER" in value
+        or "AKIA" in value
+        or "gh" in value
+        or "ithub_pat_" in value
+    ) and _SECRET_VALUES.search(value) is not None
 
 
 def scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

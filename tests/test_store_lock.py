@@ -4,16 +4,20 @@ readers are not, and the lock ends with its holder."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from proxy.store.errors import StoreInUse
+from proxy.store.lock import claim, lock_path
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
@@ -87,3 +91,28 @@ def test_a_second_writer_in_one_process_is_refused_until_the_first_closes(
     again.open()
     again.shutdown()
     assert again.health().write_failures == 0
+
+
+def test_a_lock_held_by_the_writer_of_a_dead_proxy_is_waited_for(tmp_path: Path) -> None:
+    """The pid in the lock file is dead but its writer process still holds the lock
+    (draining what the killed proxy handed it): the next writer waits for it to exit,
+    then takes the store; had the pid been alive, it would have been refused."""
+    db = tmp_path / "h.db"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    fd = os.open(lock_path(db), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, f"{dead.pid}\n".encode())
+    drain = "import sys; sys.stdin.read()"  # an orphaned writer: holds on until told
+    orphan = subprocess.Popen([sys.executable, "-c", drain], stdin=subprocess.PIPE, pass_fds=(fd,))
+    os.close(fd)
+    assert orphan.stdin is not None
+    t0 = time.monotonic()
+    threading.Timer(0.3, orphan.stdin.close).start()
+    lock = claim(db, drain_wait_s=20)
+    try:
+        assert time.monotonic() - t0 >= 0.3  # not before the orphan let go
+        assert orphan.wait(5) == 0
+        assert lock_path(db).read_text().split() == [str(os.getpid())]
+    finally:
+        lock.release()

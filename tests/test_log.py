@@ -8,10 +8,12 @@ import logging
 import time
 from collections.abc import Iterator
 
+import aiohttp
 import pytest
 import structlog
 import structlog.testing
 
+from proxy.decide.unknown_models import UnknownModels
 from proxy.log import (
     _CLEAN_KEYS,
     _CLEAN_VALUES,
@@ -22,6 +24,8 @@ from proxy.log import (
     flush_request_lines,
     log_request,
 )
+from tests.conftest import MakeProxy
+from tests.fake_upstream import FakeUpstream
 
 
 @pytest.fixture
@@ -212,3 +216,85 @@ def test_throttled_logs_once_an_interval_with_a_count() -> None:
         ("flood", 1, "x"),
         ("flood", 50, "y"),
     ]
+
+
+async def test_unknown_model_names_are_warned_about_a_few_then_counted(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Model names come from clients: 60 distinct unknown ones write the first few
+    warnings, each naming its model, and then one summary line, not 60 lines."""
+    proxy = await make_proxy(fake_upstream.url, tokens={"discover": False})
+    capsys.readouterr()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+        for i in range(60):
+            body = {
+                "model": f"no-such-model-{i % 50}",
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+            async with s.post(proxy.url + "/chat/completions", json=body) as r:
+                await r.read()
+    err = capsys.readouterr().err.splitlines()
+    named = [ln for ln in err if "unknown_model_window " in ln]
+    summaries = [ln for ln in err if "unknown_model_windows " in ln]
+    assert len(named) == UnknownModels.FIRST and "no-such-model-0" in named[0]
+    assert len(summaries) == 1 and "new_names=1" in summaries[0]
+
+
+def test_unknown_model_summaries_come_at_most_every_period(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """After the first names, a new name is counted, and the count logged when a new name
+    comes a period after the last summary; a name seen before is never counted again."""
+    now = [0.0]
+    models = UnknownModels(first=2, every_s=60.0, clock=lambda: now[0])
+    for name in ["a", "b", "a", "c", "d", "c", "e"]:
+        models.saw(name)
+    now[0] = 61.0
+    models.saw("f")
+    models.saw("b")
+    err = capsys.readouterr().err.splitlines()
+    assert sum("unknown_model_window " in ln for ln in err) == 2
+    summaries = [ln for ln in err if "unknown_model_windows " in ln]
+    assert len(summaries) == 2
+    assert "new_names=1" in summaries[0] and "total_names=3" in summaries[0]  # c
+    assert "new_names=3" in summaries[1] and "total_names=6" in summaries[1]  # d, e, f
+
+
+KEY_SHAPED = [
+    "sk-proj-Abc123Def456Ghi789Jkl012",
+    "sk-ant-api03-Abc123Def456Ghi789",
+    "github_pat_11ABCDEFG0123456789_abcdefghij",
+    "ghp_0123456789abcdefghijABCDEFGHIJ012345",
+    "AKIAIOSFODNN7EXAMPLE",
+    "bearer abcdefghijkl.mnop",
+]
+
+
+def _raise_with_a_key_around() -> None:
+    api_key = "canaryLOCAL-1234567890"  # a local a traceback renderer could show
+    raise ValueError(f"upstream said no to {KEY_SHAPED[0]} ({len(api_key)})")
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+def test_the_scrubber_covers_every_field(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever a careless log call passes: a key-shaped value of any recognised kind, in
+    any field, nested or not, as text or bytes or an object; a nested field named like a
+    secret; an exception's message and its traceback (never its locals)."""
+    configure_logging(fmt)  # type: ignore[arg-type]
+    try:
+        log = structlog.get_logger("handoff.test")
+        for i, key in enumerate(KEY_SHAPED):
+            log.warning(f"leak_{i}", model=key, nested={"deep": [key]}, raw=key.encode())
+        log.warning("headers", headers={"api-key": "canaryAPIKEY-3e8a55b6c1", "x-trace": "ok"})
+        log.warning("object", value=ValueError(KEY_SHAPED[0]))
+        try:
+            _raise_with_a_key_around()
+        except ValueError as e:
+            log.exception("internal_error", exc_info=e)
+    finally:
+        configure_logging("console")
+    err = capsys.readouterr().err
+    for secret in [*KEY_SHAPED, "canaryAPIKEY", "canaryLOCAL", "abcdefghijkl.mnop"]:
+        assert secret not in err, secret
+    assert "_raise_with_a_key_around" in err and "ValueError" in err  # the traceback is there
+    assert "x-trace" in err and "ok" in err

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import structlog
+from aiohttp import web
 
 from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
@@ -13,6 +15,7 @@ from proxy.process_tuning import raise_open_file_limit, tune_malloc
 from proxy.server.app import create_app
 from proxy.server.build import store_writer
 from proxy.server.serving import serve
+from proxy.store.errors import StoreInUse
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
 
@@ -69,8 +72,16 @@ def run(args: argparse.Namespace) -> int:
         )
     app = create_app(settings, catch_all=catch_all)
     where = f"http://{settings.server.host}:{settings.server.port}/v1"
-    print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
-    serve(app, settings.server, fd_limit)
+
+    async def banner(_: web.Application) -> None:  # once the store has started (and is ours)
+        print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
+
+    app.on_startup.append(banner)
+    try:
+        serve(app, settings.server, fd_limit)
+    except StoreInUse as e:
+        print(f"handoff: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -38,6 +38,7 @@ from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
+from proxy.decide.unknown_models import UnknownModels
 from proxy.decide.windows import ModelInfo, WindowRegistry
 from proxy.ingress.chat_request import ChatRequest
 from proxy.upstream.routing import Upstream
@@ -103,7 +104,7 @@ class Engine:
         self.memos = TurnMemos(max_bytes=settings.server.history_cache_bytes)
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
         self._targets: dict[tuple[str, str, int | None], _Target] = {}
-        self._warned: set[str] = set()
+        self.unknown = UnknownModels()
 
     async def plan(
         self,
@@ -119,7 +120,7 @@ class Engine:
             out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
             info = ModelInfo(req.model, hard_limit, out, None, "upstream-error", req.model)
         if info is None:
-            self._warn_unknown(req.model)
+            self.unknown.saw(req.model)
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
         target = await self._target(req, up, info, hard_limit)
         budget = target.budget
@@ -345,15 +346,6 @@ class Engine:
         if self.summarizers is None or not self.settings.compression.summarize.enabled:
             return None
         return self.summarizers(req, up, client_headers)
-
-    def _warn_unknown(self, model: str) -> None:
-        if model not in self._warned:
-            self._warned.add(model)
-            log.warning(
-                "unknown_model_window",
-                model=model,
-                hint=f'set [models."{model}"] context_window = N, or tokens.default_context_window',
-            )
 
 
 def raw_bound(req: ChatRequest) -> int | None:

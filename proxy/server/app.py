@@ -61,6 +61,7 @@ async def healthz(request: web.Request) -> web.Response:
             "path": h.path,
             "queue_depth": h.queue_depth,
             "write_failures": h.write_failures,
+            "lost_turns": h.lost_turns,
             "last_error": h.last_error,
             "writer": h.writer,
             "oldest_unwritten_s": None
@@ -75,7 +76,7 @@ async def healthz(request: web.Request) -> web.Response:
                 writer_stalls=svc.gate.stalls,
             )
         body["store"] = store
-        if not h.ok:
+        if not h.ok or h.lost_turns:  # (turns lost since start: degraded for good)
             body["status"] = "degraded"
     return web.json_response(body)
 

@@ -96,6 +96,9 @@ class Metrics:
         self.store_write_failures = Gauge(
             "handoff_store_write_failures", "Store write failures since start", registry=r
         )
+        self.store_lost_turns = Gauge(
+            "handoff_store_lost_turns", "Turns that will never be written, since start", registry=r
+        )
         self.store_queue_depth = Gauge(
             "handoff_store_queue_depth", "Turns waiting to be written", registry=r
         )
@@ -145,6 +148,7 @@ class Metrics:
         if store is not None:
             h = store.health()
             self.store_write_failures.set(h.write_failures)
+            self.store_lost_turns.set(h.lost_turns)
             self.store_queue_depth.set(h.queue_depth)
             self.store_oldest_unwritten.set(h.oldest_unwritten_s or 0.0)
         return generate_latest(self.registry)

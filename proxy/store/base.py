@@ -91,7 +91,8 @@ class StoreHealth:
     ok: bool
     path: str
     queue_depth: int = 0
-    write_failures: int = 0
+    write_failures: int = 0  # failures since start: failed writes (retried), drops, deaths
+    lost_turns: int = 0  # turns that will never be written: dropped, or held by a dead writer
     last_error: str | None = None
     writer: str = "thread"  # or "process <pid>": where the SQLite writes run
     oldest_unwritten_s: float | None = None  # age of the oldest turn not yet committed

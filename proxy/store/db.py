@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from proxy.store.errors import StoreMissingError
+from proxy.store.files import make_dirs, open_private
 from proxy.store.migrations import migrate
 
 # Python 3.11's sqlite3 binds only exact ints, floats, strs and bytearrays as they are. Any
@@ -25,16 +26,17 @@ def connect(
 ) -> sqlite3.Connection:
     """An autocommit connection to ``path`` with WAL on and the schema up to date.
 
-    With ``create`` the directory is made 0700 and the file 0600 before SQLite
-    touches it (its -wal and -shm files inherit the file's mode). Without it, a
-    missing file raises :class:`StoreMissingError` instead of creating one.
+    With ``create`` the directories are made 0700 and the file 0600 before SQLite
+    touches it, whatever the umask (``files``; its -wal and -shm files take the file's
+    mode). Without it, a missing file raises :class:`StoreMissingError` instead of
+    creating one.
     """
     path = Path(path)
     if not path.exists():
         if not create:
             raise StoreMissingError(f"no store at {path}")
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        make_dirs(path.parent)
+        os.close(open_private(path))
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")

@@ -1,11 +1,12 @@
-"""What reading or importing a store can fail with::
+"""What opening, reading or importing a store can fail with::
 
 StoreError
  ├── StoreMissingError   no store file at the path given (also a FileNotFoundError)
  ├── SessionNotFound     no session has this id, id start or end, or client name
  ├── AmbiguousSession    the start or end matches several sessions
  ├── TurnNotFound        the session has no turn N
- └── InvalidDocument     an import file is malformed; ``field`` names where
+ ├── InvalidDocument     an import file is malformed; ``field`` names where
+ └── StoreInUse          another process writes this store (``lock``)
 """
 
 from __future__ import annotations
@@ -35,3 +36,7 @@ class InvalidDocument(StoreError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class StoreInUse(StoreError):
+    """Another process holds the store's writer lock; the message names it."""

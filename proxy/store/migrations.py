@@ -33,6 +33,9 @@ Tables (see ``m001_initial``):
     batches, and search scans them directly (see ``indexer``).
 ``calibration``
     Token-count calibration, key → JSON.
+``writer_progress``
+    How many turns the current writer process (``writer``: an id its proxy gave it) has
+    committed, counted in the same transactions (see ``progress``).
 ``_migrations``
     The names of the migrations applied, in order.
 """
@@ -159,12 +162,17 @@ def m005_collapse_bases(db: sqlite3.Connection) -> None:
         bases[tid] = (b, n)
 
 
+def m006_writer_progress(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE writer_progress (writer TEXT PRIMARY KEY, turns INTEGER NOT NULL)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     m001_initial,
     m002_fts,
     m003_fork_messages,
     m004_index_state,
     m005_collapse_bases,
+    m006_writer_progress,
 )
 
 

@@ -9,9 +9,12 @@ on whatever core is free. A body that resends one the child holds travels as
 what the proxy's parse read of it, the resent messages cut out (``shipped``).
 
 The child outlives a ``kill -9`` of the proxy long enough to drain its pipe, so
-every turn handed over is written. If the child dies, it is started again and
-what it held is counted as failed; while it is down, or behind, the turns wait here
-(up to ``MAX_QUEUE_BYTES``). Health is the child's own report plus what waits here.
+every turn handed over is written (a ``kill -9`` loses what still waited here). If the
+child dies, it is started again, and the turns it had been handed and not committed
+are counted lost, exactly: the store counts each writer's commits in the same
+transactions (``progress``). While it is down, or behind, the turns wait here (up to
+``MAX_QUEUE_BYTES``). Health is the child's own report plus what waits here. The
+proxy holds the store's lock (``lock``), and every child inherits it.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ import structlog
 
 from proxy.store.base import StoreHealth, TurnRecord, age_s
 from proxy.store.calibration import load_calibration
+from proxy.store.lock import WriterLock, claim
+from proxy.store.progress import committed
 from proxy.store.shipped import ShippedBodies
-from proxy.store.wire import Job, encode_calibration, encode_turn, frames
+from proxy.store.wire import TURN, Job, encode_calibration, encode_turn, frames
 from proxy.store.writer_process import HEAD
 
 log = structlog.get_logger("handoff.store")
@@ -48,17 +53,34 @@ GATHER_S = 0.02
 MAX_QUEUE_BYTES = 256 << 20
 """Framed turns waiting for the writer, at most: beyond it the oldest are dropped (and
 counted), so a stalled writer cannot take the proxy's memory."""
+BOOT = (
+    "import sys; sys.path.append(sys.argv.pop(1)); "
+    "from proxy.store.writer_process import main; raise SystemExit(main())"
+)
+"""The writer process's program (``-c``), after the directory holding this ``proxy``
+package, put last on its import path (an editable install's finder finds it anyway)."""
+
+
+def writer_command() -> list[str]:
+    """How the writer process starts: ``python -P -c BOOT``. ``python -m`` would put the
+    working directory first on its import path, and an ``inspect.py`` in the folder
+    handoff was started from made the writer crash at every start."""
+    return [sys.executable, "-P", "-c", BOOT, str(Path(__file__).resolve().parents[2])]
 
 
 @dataclass(slots=True)
 class _Child:
     proc: subprocess.Popen[bytes]
     channel: IO[bytes]  # the child's stdin: our end of a socket pair
+    writer_id: str  # what the store counts its commits under (progress)
     shipped: int = 0  # jobs written to its pipe
+    shipped_turns: int = 0  # of which turns (the others: calibration saves)
     report: dict[str, Any] = field(default_factory=dict)
     held: ShippedBodies = field(default_factory=ShippedBodies)  # what it holds, mirrored
     # (jobs shipped once this batch was, when its oldest was queued), oldest first:
     in_flight: collections.deque[tuple[int, float]] = field(default_factory=collections.deque)
+    gone: bool = False  # exited, and what it lost is counted (_settle)
+    settling: threading.Lock = field(default_factory=threading.Lock)
 
 
 class ProcessStore:
@@ -76,7 +98,7 @@ class ProcessStore:
     ) -> None:
         self.path = Path(path)
         self._argv = [
-            sys.executable, "-m", "proxy.store.writer_process", "--path", str(path),
+            *writer_command(), "--path", str(path),
             "--flush-interval-s", str(flush_interval_s), "--log-format", log_format,
             *(["--redact"] if redact else []),
             *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),
@@ -88,12 +110,14 @@ class ProcessStore:
         self._busy = 0
         self._busy_since = 0.0
         self._queued_bytes = 0
-        self._dropped = 0  # turns lost here or in a child that died
+        self._failures = 0  # here, and in children that exited
+        self._lost = 0  # turns lost here or in a child that exited
         self._slowest = 0.0  # the longest from record() to written, as reported: seconds
         self._last_error: str | None = None
         self._broken = False  # the last hand-over failed (the child's own state is its report)
         self._closing = False
         self._child: _Child | None = None
+        self._writer_lock: WriterLock | None = None  # the store's (lock)
         self._shipper: threading.Thread | None = None
         self._readers: list[threading.Thread] = []
 
@@ -108,18 +132,19 @@ class ProcessStore:
         try:
             self._put(encode_turn(turn))
         except (TypeError, ValueError) as e:  # orjson's errors are both
-            self._unencodable(e)
+            self._unencodable(e, 1)
 
     def save_calibration(self, data: Mapping[str, Any]) -> None:
         try:
             self._put(encode_calibration(data))
         except (TypeError, ValueError) as e:
-            self._unencodable(e)
+            self._unencodable(e, 0)
 
-    def _unencodable(self, e: Exception) -> None:
+    def _unencodable(self, e: Exception, turns: int) -> None:
         """Dropped and counted; the store itself is fine (as the writer thread does)."""
         with self._cond:
-            self._dropped += 1
+            self._failures += 1
+            self._lost += turns
             self._last_error = f"cannot encode a turn: {e!r}"
 
     def _put(self, job: Job) -> None:
@@ -139,22 +164,25 @@ class ProcessStore:
             pass
 
     def _drop_oldest(self) -> None:
-        self._queued_bytes -= _held(self._queue.popleft())
+        job = self._queue.popleft()
+        self._queued_bytes -= _held(job)
         self._since.popleft()
-        self._dropped += 1
+        self._failures += 1
+        self._lost += job.kind == TURN
         self._last_error = "queue full: dropped the oldest turn"
 
     def health(self) -> StoreHealth:
         with self._cond:
             child = self._child
-            report = child.report if child else {}
-            alive = child is not None and child.proc.poll() is None
-            in_pipe = child.shipped - report.get("received", 0) if child else 0
+            live = child is not None and not child.gone  # (gone: what it held is counted)
+            report = child.report if child is not None and live else {}
+            in_pipe = child.shipped - report.get("received", 0) if child and live else 0
             return StoreHealth(
-                ok=alive and report.get("ok", True) and not self._broken,
+                ok=live and report.get("ok", True) and not self._broken,
                 path=str(self.path),
                 queue_depth=len(self._queue) + self._busy + in_pipe + report.get("queue_depth", 0),
-                write_failures=self._dropped + report.get("write_failures", 0),
+                write_failures=self._failures + report.get("write_failures", 0),
+                lost_turns=self._lost + report.get("lost_turns", 0),
                 last_error=(  # the writer's own error while it is failing, else ours
                     not report.get("ok", True) and report.get("last_error")
                 )
@@ -174,7 +202,7 @@ class ProcessStore:
     def _oldest_unwritten(self, child: _Child | None) -> float | None:
         """When the oldest turn not yet committed was queued: in the child (shipped, and
         not yet received or written, as it last reported), being shipped, or queued."""
-        if child is not None and child.in_flight:
+        if child is not None and child.in_flight:  # (emptied when it is gone)
             return child.in_flight[0][1]
         if self._busy:
             return self._busy_since
@@ -196,8 +224,9 @@ class ProcessStore:
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
-        """Start the writer process and wait (bounded) for its first report, so that
-        ``/healthz`` tells from the start whether the store can be opened."""
+        """Take the store's lock (:class:`~proxy.store.errors.StoreInUse` if another
+        process holds it), start the writer process and wait (bounded) for its first
+        report, so that ``/healthz`` tells from the start whether the store can be opened."""
         self.open()
         await asyncio.to_thread(self._wait_ready, READY_TIMEOUT_S)
 
@@ -216,6 +245,12 @@ class ProcessStore:
     def open(self) -> None:
         if self._shipper is not None and self._shipper.is_alive():
             return
+        if self._writer_lock is None:
+            try:
+                self._writer_lock = claim(self.path)
+            except OSError as e:  # the writer will say why it cannot open the store either
+                log.warning("store_lock_failed", error=repr(e), path=str(self.path))
+                self._failed(f"cannot lock the store: {e!r}", 0)
         self._closing = False
         self._spawn()
         self._shipper = threading.Thread(target=self._ship, name="handoff-store-ship", daemon=True)
@@ -236,14 +271,25 @@ class ProcessStore:
                 log.error("store_writer_stuck", pid=child.proc.pid, timeout_s=timeout)
                 child.proc.kill()
         for reader in self._readers:
-            reader.join(1.0)
+            reader.join(1.0)  # (each settles its child once it has read its last report)
+        if child is not None:
+            self._settle(child)
+        if self._writer_lock is not None:
+            self._writer_lock.release()
+            self._writer_lock = None
 
     # -- the shipper thread -------------------------------------------------
     def _spawn(self) -> bool:
         """Start a writer process; False (logged, in health) if it cannot be started."""
         ours, theirs = socket.socketpair()
+        writer_id = os.urandom(8).hex()
         try:
-            proc = subprocess.Popen(self._argv, stdin=theirs.fileno(), stdout=subprocess.PIPE)
+            proc = subprocess.Popen(
+                [*self._argv, "--writer-id", writer_id],
+                stdin=theirs.fileno(),
+                stdout=subprocess.PIPE,
+                pass_fds=() if self._writer_lock is None else (self._writer_lock.fd,),  # (held too)
+            )
         except OSError as e:
             ours.close()
             if self._last_error is None or repr(e) not in self._last_error:  # once, not per retry
@@ -252,7 +298,7 @@ class ProcessStore:
             return False
         finally:
             theirs.close()
-        child = _Child(proc, _channel(ours))
+        child = _Child(proc, _channel(ours), writer_id)
         reader = threading.Thread(
             target=self._read_reports, args=(child,), name="handoff-store-health", daemon=True
         )
@@ -277,6 +323,36 @@ class ProcessStore:
                     _, since = child.in_flight.popleft()  # (here, not in health: nothing may ask)
                     self._slowest = max(self._slowest, now - since)  # (as late as reported)
                 self._cond.notify_all()
+        self._settle(child)  # end of its reports: it has exited
+
+    def _settle(self, child: _Child) -> None:
+        """Once ``child`` has exited, count the turns it was handed and did not commit as
+        lost, exactly, from the store's own count of its commits, and its failures.
+        Once per child, by whichever thread sees it go first (this reader, the shipper
+        about to restart it, or shutdown)."""
+        with child.settling:
+            if child.gone:
+                return
+            code = child.proc.wait()
+            done = committed(self.path, child.writer_id)
+            with self._cond:
+                report = child.report
+                if done is None:  # the store cannot tell: by its last report (an upper bound)
+                    lost = child.shipped - report.get("received", 0) + report.get("queue_depth", 0)
+                    lost += report.get("lost_turns", 0)
+                else:
+                    lost = child.shipped_turns - done
+                lost = max(0, lost)
+                child.gone = True
+                child.in_flight.clear()
+                self._lost += lost
+                self._failures += report.get("write_failures", 0) + (code != 0)
+                if code != 0:
+                    self._last_error = f"store writer process exited with {code}"
+                    self._broken = True
+                self._cond.notify_all()
+        if code != 0:
+            log.error("store_writer_exited", code=code, turns_lost=lost, pid=child.proc.pid)
 
     def _take(self) -> list[Job] | None:
         """The next batch; None once closing with nothing left.
@@ -312,12 +388,12 @@ class ProcessStore:
             try:
                 while not self._send(batch):
                     if self._closing:  # no writer and shutting down: give up, not hang
-                        self._failed("store writer process gone at shutdown", len(batch))
+                        self._failed("store writer process gone at shutdown", _turns(batch))
                         break
                     time.sleep(RESTART_BACKOFF_S)
             except Exception as e:  # never let the shipper die: what it held is lost, and said
                 log.exception("store_ship_failed")
-                self._failed(f"store shipper: {e!r}", len(batch))
+                self._failed(f"store shipper: {e!r}", _turns(batch))
             with self._cond:
                 self._busy = 0  # (also when given up: then counted as failed)
         child = self._child
@@ -337,6 +413,7 @@ class ProcessStore:
             assert child is not None
         pipe = child.channel
         pieces = frames(batch, child.held)
+        turns = _turns(batch)
         try:
             head = HEAD.pack(sum(map(len, pieces)), len(self._queue))  # (behind it)
             pipe.write(b"".join([head, *pieces]))
@@ -347,29 +424,33 @@ class ProcessStore:
             return False
         with self._cond:
             child.shipped += len(batch)
-            child.in_flight.append((child.shipped, self._busy_since))
-            self._busy = 0  # now counted as in the pipe
-            self._broken = False
+            child.shipped_turns += turns
+            if child.gone:  # it exited as they went out, and was counted without them
+                self._lost += turns
+            else:
+                child.in_flight.append((child.shipped, self._busy_since))
+                self._broken = False
+            self._busy = 0  # now counted as in the pipe (or lost)
         return True
 
     def _restart(self, dead: _Child | None) -> bool:
         if dead is not None:
-            code = dead.proc.wait()
-            lost = max(0, dead.shipped - dead.report.get("received", 0)) + dead.report.get(
-                "queue_depth", 0
-            )
-            log.error("store_writer_exited", code=code, turns_lost=lost, restarting=True)
-            failed = lost + dead.report.get("write_failures", 0)  # its count dies with it
-            self._failed(f"store writer process exited with {code}", failed)
+            self._settle(dead)  # (before the next child clears its count from the store)
         with self._cond:
             self._child = None  # reported once, not again on every retry
         return self._spawn()
 
     def _failed(self, error: str, lost: int) -> None:
+        """A failure here (counted once), which lost ``lost`` turns."""
         with self._cond:
-            self._dropped += lost
+            self._failures += 1
+            self._lost += lost
             self._last_error = error
             self._broken = True
+
+
+def _turns(batch: list[Job]) -> int:
+    return sum(job.kind == TURN for job in batch)
 
 
 def _held(job: Job) -> int:

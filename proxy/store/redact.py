@@ -2,11 +2,15 @@
 
 Pure functions. Each pattern keeps a recognisable prefix (``sk-proj-``, ``AKIA``…)
 and replaces the secret part with ``[REDACTED]``, so a reader sees what leaked
-without the store holding it. Masking is idempotent.
+without the store holding it. Masking is idempotent. An identifier that holds a secret
+(a workspace, a session name: a key pasted in the wrong header) becomes a digest of
+it instead (:func:`masked_id`), so that it still tells one from another.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +34,20 @@ def redact_text(text: str) -> str:
     for pattern in _PATTERNS:
         text = pattern.sub(lambda m: m.group(1) + MASK, text)
     return text
+
+
+@functools.lru_cache(maxsize=1024)
+def masked_name(value: str) -> str:
+    """:func:`redact_text` of a short name that recurs every turn (a model's), remembered."""
+    return redact_text(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def masked_id(value: str) -> str:
+    """``value``, or ``redacted-`` and a digest of it if it holds a recognised secret."""
+    if masked_name(value) == value:
+        return value
+    return "redacted-" + hashlib.sha256(b"handoff-redacted-v1:" + value.encode()).hexdigest()[:16]
 
 
 def redact_json(obj: Any) -> Any:

@@ -13,7 +13,8 @@ waits for the disk's sync.
 
 Failures (disk full, locked, read-only, a missing directory) are logged, counted and
 reported by :meth:`health` (with the age of the oldest unwritten turn); the batch
-is retried, and when the queue is full the oldest turn is dropped and counted.
+is retried, and when the queue is full the oldest turn is dropped and counted, as are
+all turns lost (``lost_turns``). The store is the only writer of its file (``lock``).
 
 A writer thread shares the GIL with the event loop, so it gives way (``pacing``) every
 ``_YIELD_S`` of a batch; the writer process passes its own ``pacer``. A
@@ -28,7 +29,7 @@ import collections
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,10 @@ from proxy.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
 from proxy.store.known import Known
+from proxy.store.lock import WriterLock, claim
 from proxy.store.pacing import Pacer, release_gil
 from proxy.store.prefix import PrefixCache
+from proxy.store.progress import advance, begin
 from proxy.store.write import write_turn
 
 log = structlog.get_logger("handoff.store")
@@ -66,6 +69,7 @@ CPU (the timer slack) and every SQLite statement releases the GIL: yield by the 
 class _State:
     queue: collections.deque[_Job]
     failures: int = 0
+    lost: int = 0  # turns that will never be written
     last_error: str | None = None
     healthy: bool = True
     closing: bool = False
@@ -96,8 +100,16 @@ class SqliteStore:
         index_batch: int = 256,
         index_interval_s: float = 2.0,
         pacer: Pacer | None = None,
+        lock: bool = True,
+        writer_id: str | None = None,
     ) -> None:
+        """``lock=False`` where the lock is held already (a writer process's, by its
+        proxy); ``writer_id`` makes the store count its commits for that proxy
+        (``progress``)."""
         self.path = Path(path)
+        self._takes_lock = lock
+        self._writer_lock: WriterLock | None = None
+        self.writer_id = writer_id
         self._pacer = pacer or Pacer(_YIELD_S, release_gil)
         self.flush_interval_s = flush_interval_s
         self.redact = redact
@@ -141,6 +153,7 @@ class SqliteStore:
                     self._state.queued_since = time.monotonic()
                 if q.maxlen is not None and len(q) == q.maxlen:
                     self._state.failures += 1
+                    self._state.lost += _turns((q[0],))
                     self._state.last_error = "queue full: dropped the oldest turn"
                 q.append(job)
                 if len(q) == 1 or len(q) == self.max_batch:
@@ -156,6 +169,7 @@ class SqliteStore:
                 path=str(self.path),
                 queue_depth=self.backlog(),
                 write_failures=s.failures,
+                lost_turns=s.lost,
                 last_error=s.last_error,
                 oldest_unwritten_s=age_s(self._oldest_unwritten()),
                 slowest_write_s=s.slowest,
@@ -193,14 +207,25 @@ class SqliteStore:
         await asyncio.to_thread(self.shutdown)
 
     def open(self) -> None:
-        """Try the file, then start the writer thread (synchronous :meth:`start`), so a
-        store that cannot be opened is degraded in ``/healthz`` and the log at once."""
+        """Take the store's lock (:class:`~proxy.store.errors.StoreInUse` if another
+        process holds it), try the file, then start the writer thread (synchronous
+        :meth:`start`), so a store that cannot be opened is degraded in ``/healthz``
+        and the log at once: a failure counted, with its error."""
         if self._thread is not None and self._thread.is_alive():
             return
+        unlocked: OSError | None = None
+        if self._takes_lock and self._writer_lock is None:
+            try:
+                self._writer_lock = claim(self.path)
+            except OSError as e:  # (the file's own error, below, says it better if any)
+                unlocked = e
         try:
             connect(self.path, busy_timeout_ms=self.busy_timeout_ms).close()
         except (sqlite3.Error, OSError) as e:
-            self._failed(e, 0)
+            self._failed(e, 1)
+        else:
+            if unlocked is not None:
+                self._failed(unlocked, 1)
         with self._cond:
             self._state.closing = False
         self._thread = threading.Thread(target=self._run, name="handoff-store", daemon=True)
@@ -213,6 +238,11 @@ class SqliteStore:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():
+                return  # still writing: keep the lock
+        if self._writer_lock is not None:
+            self._writer_lock.release()
+            self._writer_lock = None
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
@@ -267,7 +297,8 @@ class SqliteStore:
                 if db is None:
                     self._requeue(batch)
                     if self._state.closing:
-                        return  # cannot write: give up rather than hang shutdown
+                        self._give_up()  # cannot write: rather than hang shutdown
+                        return
                     time.sleep(self.flush_interval_s)
             if db is not None and self._pending_since is not None:
                 self._write(db, [], cache, known)  # leave everything indexed
@@ -304,6 +335,8 @@ class SqliteStore:
                 known.seen.reset()
                 db = connect(self.path, busy_timeout_ms=self.busy_timeout_ms)
                 db.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")  # (checkpoint)
+                if self.writer_id is not None:
+                    begin(db, self.writer_id)
                 self._data_version = None
             while True:
                 bad = self._transaction(db, batch, cache, known, idle)
@@ -311,8 +344,9 @@ class SqliteStore:
                     break
                 # A turn that cannot be serialised never will be: drop it, redo the rest.
                 self._failed(bad[1], 1, healthy=True)
-                del batch[bad[0]]  # in place: a failed retry requeues the rest
                 with self._cond:
+                    self._state.lost += _turns(batch[bad[0] : bad[0] + 1])
+                    del batch[bad[0]]  # in place: a failed retry requeues the rest
                     self._state.busy = len(batch)
         except (sqlite3.Error, OSError) as e:
             self._failed(e, 1)
@@ -391,6 +425,8 @@ class SqliteStore:
                     return i, e
             self._note_inserted(known)
             indexed = self._index_due(idle) and self._index(db)
+            if self.writer_id is not None:
+                advance(db, self.writer_id, _turns(batch))
             db.execute("COMMIT")
         except BaseException:
             known.clear()
@@ -431,4 +467,16 @@ class SqliteStore:
             q.extendleft(reversed(keep))
             self._state.queued_since = self._state.busy_since  # the batch is the oldest again
             self._state.failures += len(batch) - len(keep)
+            self._state.lost += _turns(batch[: len(batch) - len(keep)])
             self._state.busy = 0
+
+    def _give_up(self) -> None:
+        """Closing, and the store cannot be written: what is queued is lost."""
+        with self._cond:
+            self._state.lost += _turns(self._state.queue)
+            self._state.queue.clear()
+
+
+def _turns(jobs: Iterable[_Job]) -> int:
+    """How many of ``jobs`` are turns (not calibration saves)."""
+    return sum(not isinstance(job, _Calibration) for job in jobs)

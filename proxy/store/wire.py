@@ -110,6 +110,19 @@ def frames(jobs: Sequence[Job], held: ShippedBodies) -> list[bytes | memoryview]
     return pieces
 
 
+def whole(buf: bytes | memoryview) -> int:
+    """How many bytes of ``buf`` its whole frames take (a batch cut short by the proxy's
+    death ends with part of one)."""
+    at = 0
+    while at + _HEAD.size <= len(buf):
+        _, n_meta, n_body, n_raw, *_ = _HEAD.unpack_from(buf, at)
+        end = at + _HEAD.size + n_meta + n_body + n_raw
+        if end > len(buf):
+            break
+        at = end
+    return at
+
+
 def decode(
     buf: bytes | memoryview, held: HeldMessages
 ) -> Iterator[TurnRecord | dict[str, Any] | Unreadable]:

@@ -12,6 +12,7 @@ so search finds it.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from proxy.store.known import Known, Match
 from proxy.store.messages import message_text, put_message, squeeze
 from proxy.store.placement import Place, base_turn, find_match, place_turn
 from proxy.store.prefix import Clean, Hashed, PrefixCache, hash_all
-from proxy.store.redact import redact_json
+from proxy.store.redact import masked_id, masked_name, redact_json
 from proxy.store.turn_row import EMPTY_HISTORY, Parts, insert_turn, store_parts
 
 __all__ = [
@@ -51,6 +52,8 @@ def write_turn(
     ``known`` spares the queries whose answers the writer remembers.
     """
     clean: Clean = redact_json if redact else _identity
+    if redact:
+        turn = _masked_names(turn)
     messages = turn.messages
     hashed = (
         cache.hash(turn.workspace, messages, clean, turn.extends)
@@ -73,6 +76,16 @@ def write_turn(
 
 def _identity(obj: Any) -> Any:
     return obj
+
+
+def _masked_names(turn: TurnRecord) -> TurnRecord:
+    """``turn`` without a secret in its model name, workspace or session hint (a key
+    pasted in the wrong place): masked in the name, the others kept as digests."""
+    hint = turn.session_hint
+    names = (masked_name(turn.model), masked_id(turn.workspace), hint and masked_id(hint))
+    if names == (turn.model, turn.workspace, hint):
+        return turn
+    return dataclasses.replace(turn, model=names[0], workspace=names[1], session_hint=names[2])
 
 
 def _title(

@@ -1,11 +1,13 @@
-"""``python -m proxy.store.writer_process``: the store's writer, in a process of its own.
+"""The store's writer, in a process of its own.
 
-Started by :class:`~proxy.store.process.ProcessStore`. Reads batches from stdin
+Started by :class:`~proxy.store.process.ProcessStore` (``process.writer_command``:
+never with the working directory on its import path). Reads batches from stdin
 (``HEAD``: a length and the turns waiting behind, then ``wire`` frames) and hands each job to a
 :class:`~proxy.store.sqlite.SqliteStore`; writes its health to stdout as JSON
 lines. End of input, including the proxy's death by ``kill -9``, drains the
-store and exits: what reached the pipe is written. Signals aimed at the proxy's
-process group are ignored, so Ctrl-C cannot cut the drain short.
+store and exits: what reached the pipe is written (of a batch cut short, the turns
+that arrived whole). Signals aimed at the proxy's process group are ignored, so
+Ctrl-C cannot cut the drain short.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from proxy.process_tuning import raise_gc_threshold, tune_malloc, yield_to_reque
 from proxy.store.pacing import Pacer, yield_cpu
 from proxy.store.shipped import HeldMessages
 from proxy.store.sqlite import SqliteStore
-from proxy.store.wire import Unreadable, decode
+from proxy.store.wire import Unreadable, decode, whole
 
 log = structlog.get_logger("handoff.store")
 
@@ -79,6 +81,7 @@ class _Reporter:
             "ok": h.ok,
             "queue_depth": h.queue_depth,
             "write_failures": h.write_failures + self.unreadable,
+            "lost_turns": h.lost_turns + self.unreadable,
             "last_error": h.last_error,
             "received": self.received,
             "writer_cpu_s": time.process_time(),
@@ -127,8 +130,8 @@ class _Batches:
         self.inp = inp
         self.buf = bytearray()
 
-    def read(self, size: int) -> memoryview | None:
-        """The next ``size`` bytes (valid until the next call), or None at end of input."""
+    def read(self, size: int) -> memoryview:
+        """The next ``size`` bytes (valid until the next call), fewer at end of input."""
         if len(self.buf) < size:
             self.buf = bytearray(max(size, 2 * len(self.buf)))
         view = memoryview(self.buf)[:size]
@@ -136,7 +139,7 @@ class _Batches:
         while got < size:
             n = self.inp.readinto(view[got:])  # type: ignore[attr-defined]
             if not n:
-                return None
+                return view[:got]
             got += n
         return view
 
@@ -156,8 +159,9 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: Backlog) 
         while (head := _next_head(store, inp)) and len(head) == HEAD.size:
             size, backlog.behind_batch = HEAD.unpack(head)
             payload = batch.read(size)
-            if payload is None:
-                break  # the proxy died mid-write: that batch never completed
+            if len(payload) < size:  # the proxy died writing it: keep the turns that came whole
+                log.warning("store_batch_cut", size=size, received=len(payload))
+                payload = payload[: whole(payload)]
             try:
                 pace.restart()
                 for job in decode(payload, held):
@@ -187,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--flush-interval-s", type=float, default=0.2)
     p.add_argument("--redact", action="store_true")
     p.add_argument("--max-bytes", type=int)
+    p.add_argument("--writer-id", help="counts its commits under this id (progress)")
     p.add_argument("--log-format", choices=["console", "json"], default="console")
     args = p.parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -203,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_bytes=args.max_bytes,
         # No event loop here, but a client or a model may share the CPU:
         pacer=Pacer(GIVE_WAY_S, yield_cpu, backlog.keeping_up),
+        lock=False,  # its proxy holds the store's lock, and this process inherited it
+        writer_id=args.writer_id,
     )
     serve(store, sys.stdin.buffer, sys.stdout.buffer, backlog)
     return 0

@@ -298,7 +298,7 @@ async def test_client_gone_mid_stream_cancels_and_records(
 
 
 @contextlib.contextmanager
-def tmpfs(where: Path, size: str = "256k") -> Iterator[Path | None]:
+def tmpfs(where: Path, size: str = "512k") -> Iterator[Path | None]:
     """A tiny tmpfs at ``where``, or None when this machine cannot mount one."""
     where.mkdir()
     try:
@@ -320,7 +320,8 @@ def tmpfs(where: Path, size: str = "256k") -> Iterator[Path | None]:
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path | None]:
-    """A 256 KiB tmpfs (unmounted after the proxy has closed), or None if not mountable."""
+    """A 512 KiB tmpfs, room for a fresh store and its WAL (unmounted after the proxy has
+    closed), or None if not mountable."""
     with tmpfs(tmp_path / "fs") as fs:
         yield fs
 

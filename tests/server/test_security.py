@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import ssl
@@ -19,6 +20,8 @@ from aiohttp import web
 
 from proxy.cli.main import main as cli_main
 from proxy.config import ConfigError, load_settings
+from proxy.store.db import connect
+from proxy.store.read import SqliteReader
 from proxy.upstream.routing import Upstream
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Fault, FaultKind, authorization_fingerprint
@@ -239,6 +242,41 @@ async def test_store_redact_masks_secrets_in_content(
         assert "AKIA[REDACTED]" in turn["reply"]["content"]
 
 
+PASTED = {
+    "model": "github_pat_11ABCDEFG0123456789_modelmodelmodel",
+    "x-handoff-workspace": "sk-ant-api03-Workspace0123456789abcdef",
+    "x-handoff-session": "sk-proj-Session0123456789abcdefghij",
+}
+
+
+async def test_keys_pasted_as_model_workspace_or_session_reach_neither_logs_nor_store(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, capsys: Any
+) -> None:
+    """A key pasted as the model name, or in the workspace or session header, is masked in
+    every log line, and with ``store.redact`` never stored: the workspace and session
+    are kept as digests of what was sent, so two turns still thread into one session."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "redact": True})
+    headers = {k: v for k, v in PASTED.items() if k.startswith("x-")}
+    history: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession(timeout=BOUND) as s:
+        for content in ("first", "second"):
+            history.append({"role": "user", "content": content})
+            body = {"model": PASTED["model"], "messages": history}
+            async with s.post(proxy.url + "/chat/completions", json=body, headers=headers) as r:
+                await r.read()
+    await until(lambda: len(stored_turns(db)) == 2)
+    await proxy.server.close()  # the writer drains; the files are final
+    logs = capsys.readouterr().err
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("h.db"))
+    turns = json.dumps(stored_turns(db))
+    for key in PASTED.values():
+        assert key not in logs and key.encode() not in raw and key not in turns, key
+    assert "[redacted]" in logs
+    (session,) = SqliteReader(db).list_sessions()
+    assert session["turns"] == 2 and session["workspace"].startswith("redacted-")
+
+
 async def test_store_file_0600_and_directory_0700(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
@@ -254,6 +292,98 @@ async def test_store_file_0600_and_directory_0700(
     assert db in files
     for p in files:
         assert p.stat().st_mode & 0o777 == 0o600, p.name
+
+
+async def _one_stored_turn(proxy: Any, db: Path) -> None:
+    async with aiohttp.ClientSession(timeout=BOUND) as s:
+        async with s.post(proxy.url + "/chat/completions", json=CHAT) as r:
+            assert r.status == 200
+    await until(lambda: len(stored_turns(db)) == 1)
+
+
+def _modes(paths: list[Path]) -> dict[str, str]:
+    return {p.name: f"{p.stat().st_mode & 0o777:04o}" for p in paths}
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+async def test_store_files_are_private_whatever_the_umask(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, writer: str
+) -> None:
+    """Under umask 000 every directory handoff makes for the store (missing parents
+    included) is 0700, and the database, its -wal, -shm and lock files 0600."""
+    db = tmp_path / "a" / "b" / "h.db"
+    old = os.umask(0)
+    try:
+        proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
+        await _one_stored_turn(proxy, db)
+    finally:
+        os.umask(old)
+    files = sorted(db.parent.iterdir())
+    assert {p.name for p in files} >= {"h.db", "h.db-wal", "h.db-shm", "h.db.lock"}
+    assert _modes([tmp_path / "a", db.parent]) == {"a": "0700", "b": "0700"}
+    assert _modes(files) == {p.name: "0600" for p in files}
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+async def test_a_store_open_to_others_is_warned_about_once_and_tightened(
+    fake_upstream: FakeUpstream,
+    make_proxy: MakeProxy,
+    tmp_path: Path,
+    writer: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A store found readable by others: one warning names what is open; the database and
+    its -wal/-shm (ours) become 0600; the directory handoff did not make is left as is."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    db = shared / "h.db"
+    connect(db).close()
+    for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        p.touch()
+        p.chmod(0o644)
+    capsys.readouterr()
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
+    await _one_stored_turn(proxy, db)
+    assert _modes([shared]) == {"shared": "0755"}
+    assert _modes([db, Path(f"{db}-wal"), Path(f"{db}-shm")]) == {
+        "h.db": "0600",
+        "h.db-wal": "0600",
+        "h.db-shm": "0600",
+    }
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if "store_permissions" in ln]
+    assert len(warnings) == 1, warnings
+    for name in (f"{shared} 0755", "h.db 0644", "h.db-wal 0644", "h.db-shm 0644"):
+        assert name in warnings[0]
+
+
+SHADOWS = ("inspect", "json", "sqlite3")
+
+
+async def test_modules_in_the_working_directory_never_reach_the_writer(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """``handoff serve`` started from a folder holding ``inspect.py``, ``json.py`` and
+    ``sqlite3.py`` that would break any process importing them: its writer process
+    imports the standard library's, and the turn is recorded."""
+    here = tmp_path / "project"
+    here.mkdir()
+    for name in SHADOWS:
+        (here / f"{name}.py").write_text(f'raise SystemExit("{name}.py of the working folder")\n')
+    db = tmp_path / "h.db"
+    args = ["--upstream", fake_upstream.url, "--store", str(db)]
+    env = {"HANDOFF_STORE__WRITER": "process"}
+    async with handoff_serve(tmp_path, args, env, cwd=here) as server:
+        assert "writer: process" in server.banner
+        async with aiohttp.ClientSession(timeout=BOUND) as s:
+            await read_stream(s, server.url, "recorded")
+            await until(lambda: len(stored_turns(db)) == 1, 15)
+            async with s.get(server.root + "/healthz") as r:
+                store = (await r.json())["store"]
+        server.proc.send_signal(signal.SIGTERM)
+        assert await server.wait() == 0
+    assert store["ok"] and store["write_failures"] == 0
+    assert "of the working folder" not in server.stderr.read_text()
 
 
 # ---------------------------------------------------------------- where requests go

@@ -27,6 +27,7 @@ from tests.fake_upstream import FakeUpstream, free_port
 from tests.server.test_faults import stored_turns, until
 
 ROOT = Path(__file__).resolve().parents[2]
+HANDOFF = Path(sys.executable).with_name("handoff")  # the script pip installed
 BOUND = aiohttp.ClientTimeout(total=15)
 
 
@@ -57,17 +58,21 @@ async def handoff_serve(
     args: Sequence[str],
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
+    cwd: Path | None = None,
 ) -> AsyncIterator[ServerProc]:
     """Start ``handoff serve ARGS --port P --log-format json`` and wait until it answers;
     killed at exit if still running. Logs (stderr) go to a file under ``tmp_path``;
-    ``preexec_fn`` runs in the child before it starts (to set its resource limits)."""
+    ``preexec_fn`` runs in the child before it starts (to set its resource limits). With
+    ``cwd`` it runs there as a user runs it (the installed ``handoff`` script), else as
+    ``python -m proxy.cli`` from the repository."""
     port = free_port()
     stderr = tmp_path / f"serve-{port}.log"
     with stderr.open("wb") as err:
-        cmd = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port)]
+        launcher = [sys.executable, "-m", "proxy.cli"] if cwd is None else [str(HANDOFF)]
+        cmd = [*launcher, "serve", "--port", str(port)]
         proc = subprocess.Popen(
             [*cmd, "--log-format", "json", *args],
-            cwd=ROOT,
+            cwd=ROOT if cwd is None else cwd,
             stdout=subprocess.PIPE,
             stderr=err,
             env={**os.environ, "HANDOFF_CONFIG": "", **(env or {})},
@@ -141,11 +146,13 @@ async def test_sigterm_when_idle_exits_zero(fake_upstream: FakeUpstream, tmp_pat
 
 
 async def _client(
-    s: aiohttp.ClientSession, url: str, k: int, stop: float, done: dict[str, float]
+    s: aiohttp.ClientSession, url: str, k: int, stop: asyncio.Event, done: dict[str, float]
 ) -> None:
-    """Send distinct conversations until ``stop``; note when each reply was fully read."""
-    i = 0
-    while time.monotonic() < stop:
+    """Send distinct conversations until ``stop`` (500 at most); note when each reply was
+    fully read."""
+    for i in range(500):
+        if stop.is_set():
+            return
         content = f"load c{k} n{i}"
         if k % 2:
             data = await read_stream(s, url, content)
@@ -156,7 +163,6 @@ async def _client(
                 assert r.status == 200
                 await r.read()
         done[content] = time.monotonic()
-        i += 1
 
 
 @pytest.mark.slow
@@ -171,12 +177,14 @@ async def test_kill_9_under_load_keeps_store_whole(
     async with handoff_serve(tmp_path, args) as server:
         async with aiohttp.ClientSession(timeout=BOUND) as s:
             await read_stream(s, server.url, "warm-up")  # the first request loads a tokenizer
-            stop = time.monotonic() + 2.0
+            stop = asyncio.Event()
             clients = [_client(s, server.url, k, stop, done) for k in range(4)]
             load = asyncio.gather(*clients)
-            await asyncio.sleep(2.0)  # kill while the clients are still sending
+            # killed while the clients still send, once enough has been done a second ago:
+            await until(lambda: sum(t < time.monotonic() - 1.0 for t in done.values()) >= 8, 30)
             server.proc.send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
+            stop.set()
             with contextlib.suppress(aiohttp.ClientError, AssertionError):
                 await load
         assert await server.wait() == -signal.SIGKILL

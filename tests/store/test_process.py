@@ -6,11 +6,13 @@ import asyncio
 import dataclasses
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -22,7 +24,11 @@ from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.shipped import HeldMessages, ShippedBodies
 from proxy.store.wire import decode, encode_calibration, encode_turn, frames
+from proxy.store.writer_process import HEAD
+from tests.conftest import MakeProxy
+from tests.fake_upstream import FakeUpstream
 from tests.polling import wait_until
+from tests.server.test_faults import BOUND, health, until
 from tests.store.test_fixtures import conversation
 
 json_values = st.recursive(
@@ -177,6 +183,7 @@ async def test_an_unopenable_store_is_degraded_from_the_start(
     try:
         h = store.health()
         assert not h.ok and h.last_error and "FileExistsError" in h.last_error
+        assert h.write_failures >= 1  # counted as it is reported
     finally:
         await store.close()
 
@@ -216,3 +223,74 @@ def test_an_unparsed_answer_crosses_the_pipe_and_is_read_by_the_writer() -> None
         assert isinstance(got, TurnRecord) and got.answer is None and got.raw_response is None
         assert (got.reply, got.finish_reason, got.usage, got.error) == expect
         assert settled(got) is got  # read once, in decode
+
+
+async def test_a_writer_killed_under_load_reports_exactly_the_turns_lost(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """kill -9 of the writer process under load, three times (the first stopped first, so
+    that it surely holds turns it had not committed; the others as they come): /healthz
+    is degraded and its ``lost_turns`` is exactly the turns the clients completed that
+    the store lacks."""
+    db = tmp_path / "h.db"
+    store = ProcessStore(db)
+    proxy = await make_proxy(fake_upstream.url, store_obj=store, store={"max_lag_s": 0})
+    completed = 0
+    stop = asyncio.Event()
+
+    async def client(s: aiohttp.ClientSession, k: int) -> None:
+        nonlocal completed
+        for i in range(5_000):  # bounded; stopped much sooner
+            if stop.is_set():
+                return
+            body = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"c{k} n{i}"}]}
+            async with s.post(proxy.url + "/chat/completions", json=body) as r:
+                assert r.status == 200
+                await r.read()
+            completed += 1
+
+    async def kill_writer(stop_first: bool) -> None:
+        before = completed
+        await until(lambda: completed >= before + 40, 20)
+        child, pid = store._child, store.writer_pid
+        assert child is not None and pid is not None
+        if stop_first:
+            os.kill(pid, signal.SIGSTOP)
+            shipped = child.shipped
+            await until(lambda: child.shipped >= shipped + 10, 20)  # handed over, not written
+        os.kill(pid, signal.SIGKILL)
+        await until(lambda: store.writer_pid not in (None, pid), 20)  # a new writer
+
+    async with aiohttp.ClientSession(timeout=BOUND) as s:
+        load = asyncio.gather(*(client(s, k) for k in range(6)))
+        try:
+            for stop_first in (True, False, False):
+                await kill_writer(stop_first)
+            at_restart = completed
+            await until(lambda: completed >= at_restart + 40, 20)
+        finally:
+            stop.set()
+            await load
+        await until(lambda: store.health().queue_depth == 0, 20)
+        state = await health(proxy)
+    stored = sum(s["turns"] for s in SqliteReader(db).list_sessions(limit=100_000))
+    assert state["status"] == "degraded" and state["store"]["ok"] is True  # writing again
+    assert state["store"]["lost_turns"] == completed - stored >= 10, (completed, stored)
+
+
+def test_a_batch_cut_short_by_the_proxy_s_death_keeps_its_whole_turns(tmp_path: Path) -> None:
+    """kill -9 of the proxy in the middle of writing a batch (the writer behind, the socket
+    full): the writer still writes the batch's turns that arrived whole, and not the one
+    cut in two."""
+    turns = [_record([{"role": "user", "content": f"cut {i}"}], True) for i in range(3)]
+    pieces = frames([encode_turn(t) for t in turns], ShippedBodies())
+    wire = b"".join(pieces)
+    cut = len(wire) - len(pieces[-2]) // 2 - sum(map(len, pieces[-1:]))  # inside the last
+    argv = ProcessStore(tmp_path / "h.db")._argv  # the writer as the store starts it
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    assert proc.stdin is not None
+    proc.stdin.write(HEAD.pack(len(wire), 0) + wire[:cut])
+    proc.stdin.close()  # as the proxy's death closes it
+    assert proc.wait(20) == 0
+    titles = sorted(s["title"] for s in SqliteReader(tmp_path / "h.db").list_sessions())
+    assert titles == ["cut 0", "cut 1"]

@@ -36,6 +36,22 @@ def test_unwritable_path_keeps_accepting_and_reports(tmp_path: Path) -> None:
     store.shutdown()
 
 
+def test_a_failure_at_open_is_counted_as_it_is_reported(tmp_path: Path) -> None:
+    """A store that cannot be opened is degraded from open(), and health says so
+    consistently at once: a failure counted and its error, before any turn is tried
+    (a degraded /healthz with ``write_failures`` 0 made a test flaky)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    store = SqliteStore(blocker / "handoff.db", flush_interval_s=60)
+    store.open()
+    try:
+        health = store.health()
+        assert not health.ok and health.write_failures == 1 and health.last_error
+        assert health.lost_turns == 0  # nothing was handed to it yet
+    finally:
+        store.shutdown()
+
+
 def test_locked_store_recovers_and_writes_everything(tmp_path: Path) -> None:
     """While another process holds the write lock turns queue up; afterwards all are written."""
     path = tmp_path / "h.db"

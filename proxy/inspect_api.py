@@ -25,7 +25,7 @@ from aiohttp import web
 from proxy.endpoint import holds_key
 from proxy.errors import InvalidRequest
 from proxy.store.base import StoreReader
-from proxy.store.durations import parse_since
+from proxy.store.durations import SQLITE_MAX, parse_count, parse_since
 from proxy.store.errors import AmbiguousSession, StoreError, StoreMissingError
 from proxy.store.export import FORMATS, export
 
@@ -81,9 +81,11 @@ def _int(request: web.Request, name: str, default: int | None = None) -> int | N
     if raw is None:
         return default
     try:
-        return int(raw)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an integer", param=name) from None
+        return parse_count(raw)
+    except argparse.ArgumentTypeError:
+        raise InvalidRequest(
+            f"{name} must be an integer from 1 to {SQLITE_MAX}", param=name
+        ) from None
 
 
 async def _list(request: web.Request) -> web.Response:
@@ -95,7 +97,7 @@ async def _list(request: web.Request) -> web.Response:
         since=since,
         search=q.get("search"),
         workspace=q.get("workspace"),
-        limit=_int(request, "limit", 100) or 100,
+        limit=_int(request, "limit") or 100,
     )
     return _json({"object": "list", "data": rows})
 

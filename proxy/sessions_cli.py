@@ -19,7 +19,7 @@ from rich.table import Table
 
 from proxy.config import load_settings
 from proxy.store import admin
-from proxy.store.durations import parse_duration, parse_since
+from proxy.store.durations import parse_count, parse_duration, parse_since
 from proxy.store.errors import InvalidDocument, StoreError
 from proxy.store.export import FORMATS, export
 from proxy.store.read import SqliteReader
@@ -40,16 +40,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--since", type=parse_since, help="active since: 7d, 12h or an ISO date")
     p.add_argument("--search", metavar="TEXT", help="full-text search over message content")
     p.add_argument("--workspace", help="only this workspace")
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--limit", type=parse_count, default=100)
     p = sub.add_parser("show", parents=[common], help="a session's timeline, or one turn")
     p.add_argument("id")
-    p.add_argument("--turn", type=int, metavar="N", help="show turn N in full")
+    p.add_argument("--turn", type=parse_count, metavar="N", help="show turn N in full")
     p = sub.add_parser("diff", parents=[common], help="original history vs what was sent")
     p.add_argument("id")
-    p.add_argument("--turn", type=int, metavar="N", required=True)
+    p.add_argument("--turn", type=parse_count, metavar="N", required=True)
     p = sub.add_parser("export", parents=[common], help="export a session")
     p.add_argument("id")
-    p.add_argument("--turn", type=int, metavar="N", help="export up to turn N")
+    p.add_argument("--turn", type=parse_count, metavar="N", help="export up to turn N")
     p.add_argument("--format", choices=FORMATS, default="portable")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p = sub.add_parser("import", parents=[common], help="load a portable export")

@@ -28,6 +28,7 @@ from proxy.store.base import StoreReader
 from proxy.store.durations import SQLITE_MAX, parse_count, parse_since
 from proxy.store.errors import AmbiguousSession, StoreError, StoreMissingError
 from proxy.store.export import FORMATS, export
+from proxy.store.jsonout import dumps
 
 READER = web.AppKey("reader", StoreReader)
 ACCESS_KEY = web.AppKey("access_key", str)
@@ -41,7 +42,7 @@ def _error(status: int, message: str, type_: str, param: str | None = None) -> w
 
 
 def _json(obj: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), content_type="application/json")
+    return web.Response(body=dumps(obj), content_type="application/json")
 
 
 def _is_loopback(remote: str | None) -> bool:

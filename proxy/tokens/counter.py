@@ -21,7 +21,7 @@ import tiktoken
 
 from proxy.recall import Recall
 from proxy.tokens import chat
-from proxy.tokens.encodings import ESTIMATE, EncodingLoader, LoadedEncoding, utf8_len
+from proxy.tokens.encodings import ESTIMATE, EncodingLoader, LoadedEncoding
 from proxy.tokens.images import (
     ImageCost,
     cost_for_model,
@@ -29,6 +29,7 @@ from proxy.tokens.images import (
     image_tokens,
     worst_case_tokens,
 )
+from proxy.tokens.pieces import utf8_len
 from proxy.windows.matching import candidates
 
 Message = Mapping[str, Any]

@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -33,7 +34,9 @@ from proxy.budget import (
 )
 from proxy.chat_request import ChatRequest
 from proxy.config import Settings
+from proxy.count_lanes import CountLanes
 from proxy.cut_memory import CutMemory, conversation_key
+from proxy.identity import workspace_for
 from proxy.services import Plan
 from proxy.store.base import Decision
 from proxy.tokens import Calibration, ModelCounter, TokenCounter
@@ -103,6 +106,7 @@ class Engine:
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
         self._targets: dict[tuple[str, str, int | None], _Target] = {}
         self._warned: set[str] = set()
+        self.lanes = CountLanes()
 
     async def plan(
         self,
@@ -137,7 +141,8 @@ class Engine:
         if bound <= OFFLOAD_BOUND:
             counted = base(req.messages)
         else:  # tokenizing a large history must not stall the event loop
-            counted = await asyncio.to_thread(base, req.messages)
+            client = workspace_for(client_headers or {})
+            counted = await self.lanes.run(partial(base, req.messages), bound=bound, client=client)
         tokens = self._corrected(req.model, target.counter, counted)
         if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
             # Our count fit the limit the upstream enforces, so the count ran low:
@@ -151,6 +156,10 @@ class Engine:
             note = "compression off for this route"
             return self._passthrough(req, target, tokens, counted, note=note)
         return await self._compress(req, up, target, tokens, base, key, memo, client_headers or {})
+
+    def close(self) -> None:
+        """Stop the counting threads (at shutdown; running counts finish on their own)."""
+        self.lanes.close()
 
     def warm(self) -> None:
         """Load the exact encodings now (blocking; run it in a thread at start-up), so

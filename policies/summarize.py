@@ -54,6 +54,8 @@ class Summarize:
         start = prev if old is not None and prev is not None else 0
         placeholder = " ".join(["word"] * self.reserve_tokens)
         points = [p for p in reg.points if p > start]
+        if not points:  # a retry aiming lower: nothing more is left to summarize
+            return PolicyResult(msgs, changed=False, note="nothing more to summarize")
         k = search_cut(ctx, points, lambda p: self._build(msgs, reg, p, placeholder, ctx))
         todo = [msgs[i] for i in reg.dropped(k)[start:]]
         try:

@@ -51,7 +51,12 @@ class Truncate:
             k = prev
         else:
             points = [p for p in reg.points if p > (prev or 0)]
-            k = search_cut(ctx, points, lambda p: self.build(msgs, reg, p, ctx))
+            if points:
+                k = search_cut(ctx, points, lambda p: self.build(msgs, reg, p, ctx))
+            elif prev is not None:
+                k = prev  # a retry aiming lower: no older unit is left to drop
+            else:
+                return PolicyResult(msgs, changed=False, note="nothing droppable")
         return self.result(msgs, reg, k, ctx)
 
     def replay(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:

@@ -19,9 +19,10 @@ from rich.table import Table
 
 from proxy.config import load_settings
 from proxy.store import admin
-from proxy.store.durations import parse_duration, parse_since
+from proxy.store.durations import parse_count, parse_duration, parse_since
 from proxy.store.errors import InvalidDocument, StoreError
 from proxy.store.export import FORMATS, export
+from proxy.store.jsonout import dumps_text
 from proxy.store.read import SqliteReader
 from proxy.store.write import message_text
 
@@ -40,16 +41,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--since", type=parse_since, help="active since: 7d, 12h or an ISO date")
     p.add_argument("--search", metavar="TEXT", help="full-text search over message content")
     p.add_argument("--workspace", help="only this workspace")
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--limit", type=parse_count, default=100)
     p = sub.add_parser("show", parents=[common], help="a session's timeline, or one turn")
     p.add_argument("id")
-    p.add_argument("--turn", type=int, metavar="N", help="show turn N in full")
+    p.add_argument("--turn", type=parse_count, metavar="N", help="show turn N in full")
     p = sub.add_parser("diff", parents=[common], help="original history vs what was sent")
     p.add_argument("id")
-    p.add_argument("--turn", type=int, metavar="N", required=True)
+    p.add_argument("--turn", type=parse_count, metavar="N", required=True)
     p = sub.add_parser("export", parents=[common], help="export a session")
     p.add_argument("id")
-    p.add_argument("--turn", type=int, metavar="N", help="export up to turn N")
+    p.add_argument("--turn", type=parse_count, metavar="N", help="export up to turn N")
     p.add_argument("--format", choices=FORMATS, default="portable")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p = sub.add_parser("import", parents=[common], help="load a portable export")
@@ -65,14 +66,26 @@ def _store_path(args: argparse.Namespace) -> Path:
 
 
 def _console() -> Console:
-    console = Console(highlight=False)
+    """A console that prints text as it is: no markup, emoji codes or highlighting (what
+    it prints was written by clients and upstreams; ``[/b]`` in it once crashed it)."""
+    plain: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
+    console = Console(**plain)
     if not console.is_terminal:
-        console = Console(highlight=False, width=200, soft_wrap=True)
+        console = Console(**plain, width=200, soft_wrap=True)
     return console
 
 
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (9, 10)}
+
+
+def _shown(value: Any) -> str:
+    """``value`` as text for the terminal, its control characters (escape sequences
+    among them) written out as ``\\xNN`` rather than obeyed."""
+    return str(value).translate(_CONTROLS)
+
+
 def _print_json(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(dumps_text(obj, indent=True) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,17 +122,18 @@ def _list(args: argparse.Namespace, path: Path) -> int:
         "id", "workspace", "started", "last turn", "turns", "models", "handoffs", "tokens", "title"
     )
     for r in rows:
-        table.add_row(
+        cells = (
             r["id"],
             r["workspace"],
             _when(r["started_at"]),
             _when(r["last_turn_at"]),
-            str(r["turns"]),
+            r["turns"],
             ", ".join(r["models"]),
-            str(r["handoffs"]),
-            "" if r["tokens"] is None else str(r["tokens"]),
+            r["handoffs"],
+            _n(r["tokens"]),
             r["title"][:40],
         )
+        table.add_row(*map(_shown, cells))
     _console().print(table)
     return 0
 
@@ -145,7 +159,7 @@ def _show(args: argparse.Namespace, path: Path) -> int:
         return 0
     console = _console()
     parent = f" · forked from {info['parent_session']}" if info["parent_session"] else ""
-    console.print(f"session {info['id']} · {info['workspace']} · {info['title']}{parent}")
+    console.print(_shown(f"session {info['id']} · {info['workspace']} · {info['title']}{parent}"))
     table = Table(
         "turn",
         "time",
@@ -163,27 +177,29 @@ def _show(args: argparse.Namespace, path: Path) -> int:
     for t in info["timeline"]:
         status = "cancelled" if t["cancelled"] else _n(t["status"])
         handoff = f"⇄ {t['handoff']['from']} → {t['handoff']['to']}" if t["handoff"] else ""
-        table.add_row(
-            str(t["turn"]),
+        cells = (
+            t["turn"],
             _when(t["started_at"]),
             t["model"],
             _n(t["action"]),
             _tokens(t),
             _n(t["forwarded_tokens"]),
             _n(t["window"]),
-            str(t["dropped"]),
-            str(t["inserted"]),
+            t["dropped"],
+            t["inserted"],
             ", ".join(t["policies"]),
             status,
             handoff,
         )
+        table.add_row(*map(_shown, cells))
     console.print(table)
     return 0
 
 
 def _brief(m: Mapping[str, Any], width: int = 160) -> str:
     text = " ".join(message_text(m).split())
-    return f"{m.get('role', '?')}: {text[:width]}" + ("…" if len(text) > width else "")
+    brief = f"{m.get('role', '?')}: {text[:width]}" + ("…" if len(text) > width else "")
+    return _shown(brief)
 
 
 def _show_turn(t: dict[str, Any], as_json: bool) -> int:
@@ -192,26 +208,28 @@ def _show_turn(t: dict[str, Any], as_json: bool) -> int:
         return 0
     console = _console()
     console.print(
-        f"session {t['session_id']} · turn {t['turn']} · {t['model']} via "
-        f"{t['upstream']} · status {t['status']} · {t['latency_ms']:.0f} ms"
+        _shown(
+            f"session {t['session_id']} · turn {t['turn']} · {t['model']} via "
+            f"{t['upstream']} · status {t['status']} · {t['latency_ms']:.0f} ms"
+        )
     )
     if t["handoff"]:
-        console.print(f"handoff: {t['handoff']['from']} → {t['handoff']['to']}")
+        console.print(_shown(f"handoff: {t['handoff']['from']} → {t['handoff']['to']}"))
     if t["decision"]:
-        console.print("decision: " + orjson.dumps(t["decision"]).decode(), markup=False)
+        console.print("decision: " + dumps_text(t["decision"]))
     console.print(f"\noriginal history ({len(t['history'])} messages):")
     for i, m in enumerate(t["history"]):
-        console.print(f"  [{i}] {_brief(m)}", markup=False)
+        console.print(f"  [{i}] {_brief(m)}")
     if t["forwarded"] is None:
         console.print("\nforwarded: unchanged")
     else:
         console.print(f"\nforwarded ({len(t['forwarded'])} messages):")
         for i, m in enumerate(t["forwarded"]):
-            console.print(f"  [{i}] {_brief(m)}", markup=False)
+            console.print(f"  [{i}] {_brief(m)}")
     reply = t["reply"]
-    console.print("\nreply: " + (_brief(reply, 2000) if reply else "(none)"), markup=False)
+    console.print("\nreply: " + (_brief(reply, 2000) if reply else "(none)"))
     if t["error"]:
-        console.print("error: " + orjson.dumps(t["error"]).decode(), markup=False)
+        console.print("error: " + dumps_text(t["error"]))
     return 0
 
 
@@ -222,18 +240,18 @@ def _diff(args: argparse.Namespace, path: Path) -> int:
         return 0
     console = _console()
     note = " (sent unchanged)" if d["unchanged"] else ""
-    console.print(f"session {d['session_id']} · turn {d['turn']} · {d['model']}{note}")
+    console.print(_shown(f"session {d['session_id']} · turn {d['turn']} · {d['model']}{note}"))
     marks = {"keep": (" ", ""), "drop": ("-", "red"), "insert": ("+", "green")}
     for e in d["entries"]:
         sign, style = marks[e["op"]]
         where = f"[{e['index']}]" if e["index"] is not None else "[new]"
-        console.print(f"{sign} {where} {_brief(e['message'])}", style=style or None, markup=False)
+        console.print(f"{sign} {where} {_brief(e['message'])}", style=style or None)
     return 0
 
 
 def _export(args: argparse.Namespace, path: Path) -> int:
     out = export(SqliteReader(path), args.id, args.format, args.turn)
-    text = out if isinstance(out, str) else orjson.dumps(out, option=orjson.OPT_INDENT_2).decode()
+    text = out if isinstance(out, str) else dumps_text(out, indent=True)
     if args.output:
         Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"))
         print(f"wrote {args.output}", file=sys.stderr)

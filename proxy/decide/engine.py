@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -32,6 +33,7 @@ from proxy.decide.budget import (
     requested_output,
     too_large,
 )
+from proxy.decide.count_lanes import CountLanes
 from proxy.decide.cut_memory import CutMemory, conversation_key
 from proxy.decide.decision import Decision
 from proxy.decide.plan import Plan
@@ -105,6 +107,7 @@ class Engine:
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
         self._targets: dict[tuple[str, str, int | None], _Target] = {}
         self.unknown = UnknownModels()
+        self.lanes = CountLanes()
 
     async def plan(
         self,
@@ -113,6 +116,7 @@ class Engine:
         *,
         hard_limit: int | None = None,
         client_headers: Mapping[str, str] | None = None,
+        client: str = "",
     ) -> Plan:
         info = self.registry.lookup(req.model, up.name)
         if info is None and hard_limit:
@@ -139,7 +143,7 @@ class Engine:
         if bound <= OFFLOAD_BOUND:
             counted = base(req.messages)
         else:  # tokenizing a large history must not stall the event loop
-            counted = await asyncio.to_thread(base, req.messages)
+            counted = await self.lanes.run(partial(base, req.messages), bound=bound, client=client)
         tokens = self._corrected(req.model, target.counter, counted)
         if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
             # Our count fit the limit the upstream enforces, so the count ran low:
@@ -153,6 +157,10 @@ class Engine:
             note = "compression off for this route"
             return self._passthrough(req, target, tokens, counted, note=note)
         return await self._compress(req, up, target, tokens, base, key, memo, client_headers or {})
+
+    def close(self) -> None:
+        """Stop the counting threads (at shutdown; running counts finish on their own)."""
+        self.lanes.close()
 
     def warm(self) -> None:
         """Load the exact encodings now (blocking; run it in a thread at start-up), so

@@ -39,10 +39,12 @@ class Planner(Protocol):
         *,
         hard_limit: int | None = None,
         client_headers: Mapping[str, str] | None = None,
+        client: str = "",
     ) -> Plan:
         """``hard_limit``: the upstream's true window (0: unknown), learned from its
-        context-length error, for the one retry. ``client_headers`` carry the key a
-        summarizer call on the same upstream needs."""
+        context-length error, for the one retry. ``client`` names who asks (their
+        workspace), so one client's large counts cannot hold everyone's.
+        ``client_headers`` carry the key a summarizer call on the same upstream needs."""
 
     def wants_usage(self, plan: Plan) -> bool:
         """Whether :meth:`observe` would learn from the upstream's ``usage`` for this

@@ -117,6 +117,7 @@ def create_app(
     app.cleanup_ctx.append(_upstream_sessions)
     app.cleanup_ctx.append(_freeze_startup_objects)  # before warm: it unfreezes last
     app.cleanup_ctx.append(_warm_tokenizers)
+    app.cleanup_ctx.append(_counting_threads)
     if settings.tokens.discover:
         app.cleanup_ctx.append(_discover_windows)
     if store is not None:
@@ -202,6 +203,12 @@ async def _warm_tokenizers(app: web.Application) -> AsyncIterator[None]:
     yield
     with contextlib.suppress(Exception):
         await task  # a thread cannot be cancelled; it is short, so wait for it
+
+
+async def _counting_threads(app: web.Application) -> AsyncIterator[None]:
+    """The engine's counting threads (:mod:`proxy.decide.count_lanes`) stop with the app."""
+    yield
+    app[ENGINE].close()
 
 
 async def _discover_windows(app: web.Application) -> AsyncIterator[None]:

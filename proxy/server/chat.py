@@ -83,7 +83,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     started, t0 = time.time(), time.perf_counter()
     if svc.gate is not None and svc.gate.must_wait():
         fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
-    plan = await svc.planner.plan(req, up, client_headers=request.headers)
+    workspace = workspace_for(request.headers)
+    plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
     try:
         return await _exchange(request, svc, req, up, plan, turn)
@@ -150,7 +151,13 @@ async def _exchange(
                 model=req.model,
                 upstream=up.name,
             )
-            plan = await svc.planner.plan(req, up, hard_limit=limit, client_headers=request.headers)
+            plan = await svc.planner.plan(
+                req,
+                up,
+                hard_limit=limit,
+                client_headers=request.headers,
+                client=workspace_for(request.headers),
+            )
             continue
         turn.json_body = body
         turn.bytes_out = len(body)

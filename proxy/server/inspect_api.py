@@ -30,9 +30,10 @@ from proxy.errors import Forbidden, InvalidRequest
 from proxy.server.endpoint import expect_continue, holds_key
 from proxy.server.workspace import home_workspace
 from proxy.store.base import StoreReader
-from proxy.store.durations import parse_since
+from proxy.store.durations import SQLITE_MAX, parse_count, parse_since
 from proxy.store.errors import AmbiguousSession, StoreError, StoreMissingError
 from proxy.store.export import FORMATS, export
+from proxy.store.jsonout import dumps
 
 READER = web.AppKey("reader", StoreReader)
 ACCESS_KEY = web.AppKey("access_key", str)
@@ -47,7 +48,7 @@ def _error(status: int, message: str, type_: str, param: str | None = None) -> w
 
 
 def _json(obj: Any) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), content_type="application/json")
+    return web.Response(body=dumps(obj), content_type="application/json")
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -105,9 +106,11 @@ def _int(request: web.Request, name: str, default: int | None = None) -> int | N
     if raw is None:
         return default
     try:
-        return int(raw)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an integer", param=name) from None
+        return parse_count(raw)
+    except argparse.ArgumentTypeError:
+        raise InvalidRequest(
+            f"{name} must be an integer from 1 to {SQLITE_MAX}", param=name
+        ) from None
 
 
 async def _list(request: web.Request, reader: StoreReader) -> web.Response:
@@ -119,7 +122,7 @@ async def _list(request: web.Request, reader: StoreReader) -> web.Response:
         since=since,
         search=q.get("search"),
         workspace=q.get("workspace"),
-        limit=_int(request, "limit", 100) or 100,
+        limit=_int(request, "limit") or 100,
     )
     return _json({"object": "list", "data": rows})
 

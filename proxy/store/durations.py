@@ -1,4 +1,4 @@
-"""Parsing ``30d``-style durations and ``--since`` values (CLI and HTTP query)."""
+"""Parsing ``30d``-style durations, ``--since`` values and counts (CLI and HTTP query)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,22 @@ import re
 import time
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+SQLITE_MAX = 2**63 - 1
+"""The largest integer SQLite holds; a larger one cannot even be asked about."""
+
+
+def parse_count(text: str) -> int:
+    """A whole number from 1 to :data:`SQLITE_MAX`: a limit or a turn number."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= SQLITE_MAX:
+        shown = text if len(text) <= 24 else text[:24] + "…"
+        raise argparse.ArgumentTypeError(
+            f"{shown!r}: expected a whole number from 1 to {SQLITE_MAX}"
+        )
+    return n
 
 
 def parse_duration(text: str) -> float:

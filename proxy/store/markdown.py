@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
+from proxy.store.jsonout import dumps_text
 
 
 def _when(ts: float | None) -> str:
@@ -16,24 +16,46 @@ def _when(ts: float | None) -> str:
 
 
 def message_md(m: Mapping[str, Any]) -> str:
-    """One message: a heading with the role (and name), the text, tool calls as code."""
+    """One message: a heading with the role (and name), the text, tool calls as code.
+    Whatever shape a recorded field has, it is shown (as JSON when it is not the usual)."""
     role = str(m.get("role", "?"))
     name = m.get("name") or m.get("tool_call_id")
     lines = [f"### {role}" + (f" ({name})" if name else "")]
     content = m.get("content")
-    if isinstance(content, str) and content:
-        lines.append(content)
+    if isinstance(content, str):
+        lines.extend([content] if content else [])
     elif isinstance(content, list):
-        for part in content:
-            if isinstance(part, Mapping) and part.get("type") == "text":
-                lines.append(str(part.get("text", "")))
-            elif isinstance(part, Mapping):
-                lines.append(f"*[{part.get('type', 'part')}]*")
-    for call in m.get("tool_calls") or ():
-        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
-        lines.append(f"**tool call** `{fn.get('name', '?')}` ({call.get('id', '')})")
-        lines.append("```json\n" + str(fn.get("arguments", "")) + "\n```")
+        lines.extend(_part_md(part) for part in content)
+    elif content is not None:
+        lines.append(_code(content))
+    calls = m.get("tool_calls")
+    for call in calls if isinstance(calls, list) else [] if calls is None else [calls]:
+        lines.extend(_call_md(call))
     return "\n\n".join(lines)
+
+
+def _part_md(part: Any) -> str:
+    if not isinstance(part, Mapping):
+        return _code(part)
+    if part.get("type") == "text":
+        return str(part.get("text", ""))
+    return f"*[{part.get('type', 'part')}]*"
+
+
+def _call_md(call: Any) -> list[str]:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping):
+        return ["**tool call**", _code(call)]
+    args = fn.get("arguments", "")
+    call_id = call.get("id", "") if isinstance(call, Mapping) else ""
+    return [
+        f"**tool call** `{fn.get('name', '?')}` ({call_id})",
+        _code(args if isinstance(args, str) else dumps_text(args)),
+    ]
+
+
+def _code(value: Any) -> str:
+    return "```json\n" + (value if isinstance(value, str) else dumps_text(value)) + "\n```"
 
 
 def decision_md(t: Mapping[str, Any]) -> str:
@@ -49,7 +71,7 @@ def decision_md(t: Mapping[str, Any]) -> str:
     if t.get("handoff_from"):
         parts.append(f"**handoff {t['handoff_from']} → {t['model']}**")
     if t.get("error"):
-        parts.append("error " + orjson.dumps(t["error"]).decode()[:120])
+        parts.append("error " + dumps_text(t["error"])[:120])
     return "- " + " · ".join(parts)
 
 

@@ -17,7 +17,8 @@ def message_text(msg: Mapping[str, Any]) -> str:
         parts.append(content)
     elif isinstance(content, list):
         parts.extend(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-    for call in msg.get("tool_calls") or ():
+    calls = msg.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
         if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
             parts.append(str(call["function"].get("name", "")))
             parts.append(str(call["function"].get("arguments", "")))

@@ -147,3 +147,27 @@ def test_prune(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli("sessions", "prune", "--older-than", "1d", "--store", str(store), "--json") == 0
     assert json.loads(capsys.readouterr().out) == {"deleted_sessions": 2}
     assert SqliteReader(store).list_sessions() == []
+
+
+def test_recorded_text_is_printed_not_obeyed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rich markup and terminal escapes in what clients sent are shown as text: ``[/b]``
+    once crashed ``list``, and an escape sequence could rewrite the terminal or link."""
+    path = tmp_path / "s.db"
+    link = "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\ \x1b[2J"
+    hostile = f"[/bold] [link=https://evil.example]x[/link] {link}"
+    reply = {"role": "assistant", "content": link}
+    messages = [{"role": "user", "content": hostile}]
+    write(path, [turn(messages, reply, workspace="[red]ws\x1b[0m", model="[/m]")])
+    sid = SqliteReader(path).list_sessions()[0]["id"]
+    for argv in (
+        ["list"],
+        ["show", sid],
+        ["show", sid, "--turn", "1"],
+        ["diff", sid, "--turn", "1"],
+    ):
+        assert cli("sessions", *argv, "--store", str(path)) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\\x1b" in out, (argv, out)
+        assert "[/" in out

@@ -62,3 +62,18 @@ def test_middle_out_keeps_first_user_turn() -> None:
     assert r.messages[:2] == conv[:2] and is_made(r.messages[2]) and r.messages[-1] == conv[-1]
     t = asyncio.run(Truncate().apply(conv, PolicyContext(300, count, step_tokens=50)))
     assert t.messages[1] != conv[1]
+
+
+def test_a_retry_below_the_previous_cut_keeps_it() -> None:
+    """The previous turn's cut already drops every droppable unit and no longer fits (an
+    upstream refused it, so the retry aims lower): the cut is kept, not an IndexError."""
+    conv = [
+        {"role": "user", "content": "old " * 40},
+        {"role": "assistant", "content": "ok " * 40},
+        {"role": "user", "content": "latest " * 400},
+    ]
+    first = asyncio.run(Truncate().apply(conv, PolicyContext(budget=count(conv) - 50, count=count)))
+    assert first.changed and first.cut is not None
+    ctx = PolicyContext(budget=count(conv[-1:]) // 2, count=count, previous=first.cut)
+    again = asyncio.run(Truncate().apply(conv, ctx))
+    assert again.messages == first.messages and again.cut == first.cut

@@ -5,13 +5,19 @@ and queries never land outside the upstream's base path, and any that a lenient
 upstream could take for its chat endpoint is handled as chat.
 
 Hypothesis runs in a worker thread (its test functions are synchronous) and sends each
-case through the event loop that serves the proxy and the fake upstream.
+case through the event loop that serves the proxy and the fake upstream. Afterwards every
+recorded session is read back, through the inspection API and the ``handoff sessions``
+commands, however odd the JSON it holds.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import base64
+import contextlib
 import gzip
+import io
 import json
 import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,10 +34,12 @@ from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
+from proxy.cli import sessions as sessions_cli
 from proxy.config import Settings
 from proxy.ingress.chat_completions import MAX_DEPTH
 from proxy.server.app import create_app
 from proxy.server.serving import listening
+from proxy.store import portable
 from proxy.store.read import SqliteReader
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.fake_upstream import ROLES, FakeUpstream
@@ -68,6 +76,10 @@ class Outcome:
     upstream_statuses: list[int]
 
 
+CLIENT_KEY = {"Authorization": "Bearer sk-fuzz"}
+"""The key every request of the rig sends: its sessions are in that key's workspace."""
+
+
 @dataclass
 class Rig:
     """The proxy (store on) in front of a fake upstream whose answers are recorded."""
@@ -84,7 +96,7 @@ class Rig:
 
     async def send(self, raw: bytes, content_type: str | None = "application/json") -> Outcome:
         n0, s0 = len(self.fake.chat_requests), len(self.statuses)
-        headers = {"Authorization": "Bearer sk-fuzz"}
+        headers = dict(CLIENT_KEY)
         skip: list[str] = []
         if content_type is None:
             skip.append("Content-Type")
@@ -140,6 +152,45 @@ class Rig:
             health = await r.json()
         assert r.status == 200
         assert health["store"]["ok"] and health["store"]["write_failures"] == 0
+
+    async def read_back(self) -> int:
+        """Every recorded session reads back whole: each view and export of the inspection
+        API answers 200 (the portable one a valid document), and so does each
+        ``handoff sessions`` command. Returns how many sessions were read."""
+        api = self.proxy.root + "/handoff/v1/sessions"
+        async with self.client.get(api, params={"limit": "1000000"}, headers=CLIENT_KEY) as r:
+            assert r.status == 200, await r.text()
+            sessions = (await r.json())["data"]
+        for s in sessions:
+            sid, turns = s["id"], int(s["turns"])
+            paths = [f"/{sid}", f"/{sid}/export?format=openai", f"/{sid}/export?format=markdown"]
+            paths += [
+                f"/{sid}/{view}/{n}" for n in range(1, turns + 1) for view in ("turns", "diff")
+            ]
+            for path in [*paths, f"/{sid}/export"]:
+                async with self.client.get(api + path, headers=CLIENT_KEY) as r:
+                    body = await r.read()
+                assert r.status == 200, (path, r.status, body[:300])
+            portable.validate(json.loads(body))  # the last: the portable export
+        await asyncio.to_thread(self._read_back_cli, [(s["id"], int(s["turns"])) for s in sessions])
+        return len(sessions)
+
+    def _read_back_cli(self, sessions: list[tuple[str, int]]) -> None:
+        parser = argparse.ArgumentParser()
+        sessions_cli.register(parser.add_subparsers(dest="command"))
+        store = ["--store", str(self.db)]
+        runs = [["list"], ["list", "--json"]]
+        for sid, turns in sessions:
+            runs += [["show", sid], ["show", sid, "--json"]]
+            runs += [["export", sid, "--format", fmt] for fmt in ("portable", "openai", "markdown")]
+            for n in range(1, turns + 1):
+                runs += [["show", sid, "--turn", str(n)], ["diff", sid, "--turn", str(n)]]
+        for argv in runs:
+            args = parser.parse_args(["sessions", *argv, *store])
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = args.func(args)
+            assert code == 0 and out.getvalue(), argv
 
     def report(self, what: str) -> None:
         print(
@@ -273,7 +324,7 @@ accepted_message = st.fixed_dictionaries(
     {"role": st.sampled_from(ROLES) | st.text(max_size=10), "content": accepted_content},
     optional={
         "name": json_values,
-        "tool_calls": st.lists(tool_call, max_size=2),
+        "tool_calls": st.lists(tool_call | json_values, max_size=2),
         "tool_call_id": st.text(max_size=8) | json_values,
         "refusal": json_values,
         "x_unknown": json_values,
@@ -314,6 +365,7 @@ async def test_arbitrary_json_bodies(rig: Rig) -> None:
     await asyncio.to_thread(prop)
     rig.report("arbitrary JSON")
     await rig.assert_all_recorded()
+    await rig.read_back()
 
 
 async def test_malformed_chat_requests(rig: Rig) -> None:
@@ -338,6 +390,7 @@ async def test_malformed_chat_requests(rig: Rig) -> None:
     await asyncio.to_thread(prop)
     rig.report("malformed chat requests")
     await rig.assert_all_recorded()
+    await rig.read_back()
 
 
 async def test_accepted_bodies_with_wild_contents(rig: Rig) -> None:
@@ -358,6 +411,8 @@ async def test_accepted_bodies_with_wild_contents(rig: Rig) -> None:
               "max_tokens": 2**64})  # fmt: skip
     @example({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": None}],
               "max_tokens": 9_223_372_036_854_775_806})  # fmt: skip
+    @example({"model": "small-8k", "messages": [{"role": "assistant", "content": None,
+              "tool_calls": ["x", None, {"function": None}, {"function": "f"}]}]})  # fmt: skip
     def prop(body: dict[str, Any]) -> None:
         out = send(json.dumps(body).encode(), "application/json")
         if not out.forwarded:  # only a reservation no window can hold is refused
@@ -366,6 +421,7 @@ async def test_accepted_bodies_with_wild_contents(rig: Rig) -> None:
     await asyncio.to_thread(prop)
     rig.report("accepted bodies, wild contents")
     await rig.assert_all_recorded()
+    await rig.read_back()
 
 
 VALID = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hello"}]}'
@@ -401,6 +457,7 @@ async def test_bytes_encodings_and_content_types(rig: Rig) -> None:
     await asyncio.to_thread(prop)
     rig.report("bytes and content types")
     await rig.assert_all_recorded()
+    await rig.read_back()
 
 
 # ---------------------------------------------------------------- sizes and depth
@@ -711,3 +768,73 @@ async def test_odd_paths_and_queries_stay_below_base_url(path_rig: PathRig) -> N
         path_rig.check(method, path, query, n0, out)
 
     await asyncio.to_thread(prop)
+
+
+# ---------------------------------------------------------------- odd bodies, read back
+
+_USER = {"role": "user", "content": "hi"}
+_TRUNCATED_WEBP = "data:image/webp;base64," + base64.b64encode(b"RIFF\0\0\0\0WEBPVP8L").decode()
+
+
+def _deep_message(depth: int, model: str = "gpt-4o-mini", text: str = "hi") -> dict[str, Any]:
+    """A body nested ``depth`` levels in all (object, messages array, message, then arrays);
+    with a long ``text`` for a small window, compressed (the cut message keeps its depth)."""
+    deep = {"role": "user", "content": text, "x": json.loads(_nested(depth - 3))}
+    return {"model": model, "messages": [_USER, {"role": "assistant", "content": "ok"}, deep]}
+
+
+def _calls(*calls: Any) -> dict[str, Any]:
+    msg = {"role": "assistant", "content": None, "tool_calls": list(calls)}
+    return {"model": "small-8k", "messages": [_USER, msg, _USER]}
+
+
+ODD_BODIES: dict[str, dict[str, Any]] = {
+    "tool-call-string": _calls("x"),
+    "tool-call-null": _calls(None),
+    "function-null": _calls({"id": "c1", "type": "function", "function": None}),
+    "function-string": _calls({"id": "c1", "type": "function", "function": "lookup"}),
+    "function-odd-fields": _calls({"id": 5, "function": {"name": ["x"], "arguments": {"a": 1}}}),
+    **{f"depth-{d}": _deep_message(d) for d in (251, 252, 253, MAX_DEPTH)},
+    **{
+        f"depth-{d}-compressed": _deep_message(d, "small-8k", "word " * 20_000)
+        for d in (251, 252, 253, MAX_DEPTH)
+    },
+    "deep-arguments": _calls({"function": {"name": "f", "arguments": json.loads(_nested(240))}}),
+    "overflow-retry-nothing-left-to-drop": {
+        "model": "small-8k",
+        "messages": [
+            _USER,
+            {"role": "assistant", "content": "ok"},
+            _USER,
+            _USER | {"content": "word " * 20_000},
+        ],
+    },
+    "rich-markup-in-text": {
+        "model": "[/bold] [red]x[/red] [link=file:///etc]",
+        "messages": [{"role": "[/]", "content": "[/bold] closes [b]nothing[/i] \\[x]"}],
+    },
+    "truncated-webp-counted": {
+        "model": "small-8k",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look " * 2000},
+                    {"type": "image_url", "image_url": {"url": _TRUNCATED_WEBP}},
+                ],
+            }
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("body", ODD_BODIES.values(), ids=ODD_BODIES.keys())
+async def test_odd_bodies_are_forwarded_and_read_back(rig: Rig, body: dict[str, Any]) -> None:
+    """Bodies handoff accepts reach the upstream, are recorded, and read back through every
+    view and export of the inspection API and the CLI."""
+    raw = json.dumps(body).encode()
+    out = await rig.send(raw)
+    rig.check(raw, out)
+    assert out.forwarded, (out.status, out.body[:300])
+    await rig.assert_all_recorded()
+    assert await rig.read_back() == 1

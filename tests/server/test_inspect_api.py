@@ -91,3 +91,30 @@ async def test_non_loopback_refused_without_configured_key(
     client = await aiohttp_client(_app(seeded))
     resp = await client.get("/handoff/v1/sessions", headers={"x-handoff-key": ""})
     assert resp.status == 403
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(2**64 + 5), str(-(2**63) - 1), "9" * 400])
+async def test_integers_sqlite_cannot_hold_are_a_4xx(
+    seeded: Path, aiohttp_client: Client, value: str
+) -> None:
+    """A limit, turn or diff number past SQLite's 64-bit integers is a clear 4xx, not a 500."""
+    client = await aiohttp_client(_app(seeded))
+    sid = SqliteReader(seeded).list_sessions()[0]["id"]
+    for path, params in (
+        ("/handoff/v1/sessions", {"limit": value}),
+        (f"/handoff/v1/sessions/{sid}/turns/{value}", {}),
+        (f"/handoff/v1/sessions/{sid}/diff/{value}", {}),
+        (f"/handoff/v1/sessions/{sid}/export", {"turn": value}),
+    ):
+        resp = await client.get(path, params=params)
+        body = await resp.json()
+        assert 400 <= resp.status < 500, (path, resp.status, body)
+        assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_a_limit_below_one_is_refused(seeded: Path, aiohttp_client: Client) -> None:
+    """limit=0 or a negative limit is a 400 naming the parameter, not a silent default."""
+    client = await aiohttp_client(_app(seeded))
+    for value in ("0", "-1"):
+        resp = await client.get("/handoff/v1/sessions", params={"limit": value})
+        assert resp.status == 400 and (await resp.json())["error"]["param"] == "limit"

@@ -21,7 +21,7 @@ import tiktoken
 
 from policies.identity_memo import IdentityMemo
 from proxy.decide.tokens import chat
-from proxy.decide.tokens.encodings import ESTIMATE, EncodingLoader, LoadedEncoding, utf8_len
+from proxy.decide.tokens.encodings import ESTIMATE, EncodingLoader, LoadedEncoding
 from proxy.decide.tokens.images import (
     ImageCost,
     cost_for_model,
@@ -29,6 +29,7 @@ from proxy.decide.tokens.images import (
     image_tokens,
     worst_case_tokens,
 )
+from proxy.decide.tokens.pieces import utf8_len
 from proxy.decide.windows.matching import candidates
 
 Message = Mapping[str, Any]

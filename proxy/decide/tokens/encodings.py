@@ -24,6 +24,8 @@ import platformdirs
 import structlog
 import tiktoken
 
+from proxy.decide.tokens.pieces import WINDOW, count_in_windows, utf8_len
+
 ESTIMATE = "estimate"
 """Pseudo-encoding: tokens estimated from UTF-8 bytes (3 bytes a token, rounded up)."""
 
@@ -75,14 +77,14 @@ class LoadedEncoding:
     encoding: tiktoken.Encoding | None
 
     def count(self, text: str) -> int:
-        """Tokens in ``text``, special-token look-alikes counted as ordinary text."""
+        """Tokens in ``text``, special-token look-alikes counted as ordinary text; a long
+        text window by window (:mod:`proxy.decide.tokens.pieces`: exact, or an upper bound
+        when a run has no break)."""
         if self.encoding is None:
             return (utf8_len(text) + 2) // 3
-        return len(self.encoding.encode_ordinary(text))
-
-
-def utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if len(text) <= WINDOW:
+            return len(self.encoding.encode_ordinary(text))
+        return count_in_windows(text, self.count)[0]
 
 
 class EncodingLoader:

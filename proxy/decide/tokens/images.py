@@ -107,55 +107,81 @@ def data_url_size(url: str) -> tuple[int, int] | None:
 
 
 def image_size(head: bytes) -> tuple[int, int] | None:
-    """(width, height) from an image's first bytes, or None if the format is unknown."""
-    try:
-        if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
-            w, h = struct.unpack(">II", head[16:24])
-            return w, h
-        if head[:6] in (b"GIF87a", b"GIF89a"):
-            w, h = struct.unpack("<HH", head[6:10])
-            return w, h
-        if head.startswith(b"\xff\xd8"):
-            return _jpeg_size(head)
-        if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-            return _webp_size(head)
-    except struct.error:
+    """(width, height) from an image's first bytes, or None when the format is unknown or
+    the header is cut short or impossible (a side of 0): the caller then charges the worst
+    case. Every parser checks lengths before it reads, so no bytes make it raise."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        size = _png_size(head)
+    elif head[:6] in (b"GIF87a", b"GIF89a"):
+        size = _u16s(head, 6, "<")
+    elif head.startswith(b"\xff\xd8"):
+        size = _jpeg_size(head)
+    elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        size = _webp_size(head)
+    else:
         return None
-    return None
+    return size if size is not None and size[0] > 0 and size[1] > 0 else None
+
+
+def _u16s(data: bytes, at: int, order: str) -> tuple[int, int] | None:
+    """Two 16-bit integers at ``at`` (``order`` "<" or ">"), or None past the end."""
+    if len(data) < at + 4:
+        return None
+    a, b = struct.unpack_from(order + "HH", data, at)
+    return a, b
+
+
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    if len(data) < 24 or data[12:16] != b"IHDR":
+        return None
+    w, h = struct.unpack_from(">II", data, 16)
+    return w, h
+
+
+_JPEG_NO_LENGTH = frozenset({0x01, 0xD8, *range(0xD0, 0xD8)})
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    i = 2
-    while i + 9 < len(data):
+    """Walk the segments to the first start-of-frame; a scan, an end or a segment
+    shorter than its own length field before it means no size."""
+    i, n = 2, len(data)
+    while i + 4 <= n:
         if data[i] != 0xFF:
             return None
         marker = data[i + 1]
         if marker == 0xFF:
             i += 1
             continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+        if marker in _JPEG_NO_LENGTH:
             i += 2
             continue
-        (length,) = struct.unpack(">H", data[i + 2 : i + 4])
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            h, w = struct.unpack(">HH", data[i + 5 : i + 9])
-            return w, h
+        if marker in (0xD9, 0xDA):
+            return None
+        (length,) = struct.unpack_from(">H", data, i + 2)
+        if length < 2:
+            return None
+        if marker in _JPEG_SOF:
+            hw = _u16s(data, i + 5, ">")
+            return None if hw is None else (hw[1], hw[0])
         i += 2 + length
     return None
 
 
 def _webp_size(data: bytes) -> tuple[int, int] | None:
     kind = data[12:16]
-    if kind == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
-        w, h = struct.unpack("<HH", data[26:30])
-        return w & 0x3FFF, h & 0x3FFF
-    if kind == b"VP8L" and data[20] == 0x2F:
-        b = data[21:25]
-        w = 1 + (((b[1] & 0x3F) << 8) | b[0])
-        h = 1 + (((b[3] & 0x0F) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
-        return w, h
+    if kind == b"VP8 ":
+        if data[23:26] != b"\x9d\x01\x2a":
+            return None
+        wh = _u16s(data, 26, "<")
+        return None if wh is None else (wh[0] & 0x3FFF, wh[1] & 0x3FFF)
+    if kind == b"VP8L":
+        if len(data) < 25 or data[20] != 0x2F:
+            return None
+        bits = int.from_bytes(data[21:25], "little")
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
     if kind == b"VP8X":
-        w = 1 + int.from_bytes(data[24:27], "little")
-        h = 1 + int.from_bytes(data[27:30], "little")
-        return w, h
+        if len(data) < 30:
+            return None
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
     return None

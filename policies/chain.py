@@ -1,12 +1,12 @@
-"""The compression chain: built from configuration, run in order until the prompt fits.
+"""The compression chain: levels run cheapest loss first until the prompt fits.
 
-:func:`compress` first passes through a prompt that already fits (so compressing a
-compressed request changes nothing). Then it *replays* the conversation's previous
-cut (``ctx.previous``: the same elisions, the same cut, the same summary) and
-stops there if that fits, which keeps the forwarded prefix byte-identical from
-turn to turn. Otherwise the policies run in order until the prompt fits; then, if
-still needed, a final truncate and the oversized middle cut. If even that fails
-the pinned messages cannot fit and :class:`ContextTooLarge` is raised.
+:func:`compress` passes a prompt that already fits through unchanged. Otherwise it
+replays the conversation's marks from the previous turn (``ctx.previous``: the same
+stubs, trims and note, byte for byte) and stops there if that fits, which keeps the
+forwarded prefix identical from turn to turn. If not, each level in turn moves its
+mark until the prompt reaches the low-water target, and then, only if the budget is
+still exceeded, the last resorts (``policies.last_resort``) do. If even they cannot,
+what remains is the system prompt and the tools: :class:`ContextTooLarge`.
 """
 
 from __future__ import annotations
@@ -14,43 +14,36 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from policies.base import CutState, Message, Policy, PolicyContext, PolicyResult
+from policies.base import CutState, Level, Message, PolicyContext, Step
+from policies.elide_arguments import ElideArguments
 from policies.elide_tool_results import ElideToolResults
 from policies.errors import ContextTooLarge
-from policies.middle_out import MiddleOut
-from policies.oversized import Oversized
+from policies.fitting import DROP, Fitting, Rewriter
+from policies.last_resort import LAST_RESORT, DropRecent, ShrinkNote
+from policies.rewriting import RewriteLevel
 from policies.summarize import Summarize
-from policies.truncate import Truncate
-from policies.units import as_dicts, pinned
+from policies.trim_pastes import TrimPastes
+from policies.trim_prose import TrimProse
+from policies.truncate import MiddleOut, Truncate, restore_note
+from policies.units import PINNED_ROLES, as_dicts
 
 POLICIES: Mapping[str, type] = MappingProxyType(
     {
         "elide-tool-results": ElideToolResults,
+        "elide-arguments": ElideArguments,
+        "trim-pastes": TrimPastes,
+        "trim-prose": TrimProse,
         "summarize": Summarize,
         "truncate": Truncate,
         "middle-out": MiddleOut,
-        "oversized": Oversized,
     }
 )
-
-
-@runtime_checkable
-class Replayable(Protocol):
-    """A policy that can re-apply exactly the previous turn's state, without I/O."""
-
-    name: str
-
-    def replay(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    policy: str
-    removed_messages: int
-    removed_tokens: int
-    note: str
+DEFAULT_CHAIN = ("elide-tool-results", "elide-arguments", "trim-pastes", "trim-prose",
+                 "summarize", "truncate")  # fmt: skip
+DROPPING = (Truncate, DropRecent, ShrinkNote)
+"""Levels that share the drop mark (summarize and middle-out are kinds of truncate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,83 +51,92 @@ class Compression:
     messages: list[dict[str, Any]]
     steps: list[Step]
     applied: tuple[str, ...]
-    """Policies that changed something, in order."""
+    """Levels that changed something, in order."""
     cut: CutState | None
-    """State to remember for the conversation's next turn (the previous one when no
-    compression was needed)."""
+    """The marks to remember for the conversation's next turn (the previous ones when
+    nothing needed compressing)."""
     tokens_before: int
     tokens_after: int
+    origins: list[int | None]
+    """For each forwarded message, the index of the client's message it shows (None
+    for the note handoff wrote), so a wire format can write its own items back."""
 
 
 async def compress(
-    messages: Sequence[Message], ctx: PolicyContext, chain: Sequence[Policy]
+    messages: Sequence[Message], ctx: PolicyContext, chain: Sequence[Level], keep: int = 3
 ) -> Compression:
-    """Rewrite ``messages`` until ``ctx.count`` fits ``ctx.budget``; never mutates them."""
+    """Rewrite ``messages`` until ``ctx.count`` fits ``ctx.budget``; never mutates them.
+    ``keep``: the newest tool results that are spared until the last resorts."""
     msgs = as_dicts(messages)
     before = ctx.count(msgs)
     if before <= ctx.budget:
-        return Compression(msgs, [], (), ctx.previous, before, before)
-    replayed = _replay(msgs, ctx, chain)
-    if replayed is not None:
-        return replayed
-    run = _Run(msgs)
-    for policy in chain:
-        run.add(policy.name, await policy.apply(run.messages, ctx))
-        if ctx.count(run.messages) <= ctx.budget:
-            break
-    else:
-        has_cut = any(isinstance(p, Truncate) for p in chain)
-        for last in (Oversized(),) if has_cut else (Truncate(), Oversized()):
-            if ctx.count(run.messages) > ctx.budget:
-                run.add(last.name, await last.apply(run.messages, ctx))
-    after = ctx.count(run.messages)
+        return Compression(msgs, [], (), ctx.previous, before, before, list(range(len(msgs))))
+    levels = [*chain, *LAST_RESORT]
+    rewriters: list[Rewriter] = [lv for lv in levels if isinstance(lv, RewriteLevel)]
+    opening = any(isinstance(lv, Truncate) and lv.pins_opening for lv in chain)
+    fit = Fitting(msgs, ctx, rewriters, keep=keep, pin_opening=opening)
+    moved: dict[str, str] = {}
+    if not fit.marks or fit.tokens() > ctx.budget:
+        if restore_note(fit, ctx):  # the cut moves anyway: a note shrunk earlier is whole again
+            moved[DROP] = "wrote the note shrunk earlier whole again"
+        for level in chain:
+            if fit.tokens() <= ctx.aim:
+                break
+            moved[level.name] = await level.extend(fit, ctx)
+        last = replace(ctx, target=None)
+        for level in LAST_RESORT:
+            if fit.tokens() <= ctx.budget:
+                break
+            moved[level.name] = await level.extend(fit, last)
+    out, origins = fit.render()
+    after = ctx.count(out)
     if after > ctx.budget:
-        raise ContextTooLarge(ctx.count(pinned(msgs)), ctx.budget)
-    return Compression(run.messages, run.steps, run.applied, run.state, before, after)
+        system = [m for m in msgs if m.get("role") in PINNED_ROLES]
+        raise ContextTooLarge(ctx.count(system), ctx.budget)
+    steps = _steps(fit, levels, moved, before)
+    return Compression(
+        out, steps, tuple(s.policy for s in steps), fit.state(), before, after, origins
+    )
 
 
-class _Run:
-    """The running result of a chain: messages, steps and the merged cut state."""
-
-    def __init__(self, messages: list[dict[str, Any]]) -> None:
-        self.messages = messages
-        self.steps: list[Step] = []
-        self.state: CutState | None = None
-
-    @property
-    def applied(self) -> tuple[str, ...]:
-        return tuple(s.policy for s in self.steps)
-
-    def add(self, name: str, result: PolicyResult) -> None:
-        if not result.changed:
-            return
-        self.messages = result.messages
-        self.steps.append(Step(name, result.removed_messages, result.removed_tokens, result.note))
-        if result.cut is not None:
-            self.state = _merge(self.state, result.cut)
-
-
-def _merge(old: CutState | None, new: CutState) -> CutState:
-    """Combine the elision part of one policy's state with the cut part of another's."""
-    if old is None:
-        return new
-    if new.policy:
-        return replace(new, elided_upto=old.elided_upto, elided_hash=old.elided_hash)
-    return replace(old, elided_upto=new.elided_upto, elided_hash=new.elided_hash)
+def _steps(
+    fit: Fitting, levels: Sequence[Level], moved: Mapping[str, str], before: int
+) -> list[Step]:
+    """What each level with a mark contributes, in chain order. The drop mark is
+    reported once, by the dropping level that moved it this turn (else the first)."""
+    dropping = [lv for lv in levels if isinstance(lv, DROPPING)]
+    dropper = next((lv for lv in reversed(dropping) if moved.get(lv.name)), None)
+    dropper = dropper or (dropping[0] if dropping else None)
+    steps: list[Step] = []
+    marks = dict(fit.marks)
+    shown: dict[str, Any] = {}
+    tokens = before
+    for level in levels:
+        name = DROP if isinstance(level, DROPPING) else level.name
+        if name not in marks or (name == DROP and level is not dropper):
+            continue
+        shown[name] = marks[name]
+        fit.marks = dict(shown)
+        now = fit.tokens()
+        note = (
+            moved.get(level.name) or (name == DROP and moved.get(DROP)) or "as on the previous turn"
+        )
+        steps.append(Step(level.name, _affected(fit, level, name), tokens - now, note))
+        tokens = now
+    fit.marks = marks
+    return steps
 
 
-def _replay(
-    msgs: list[dict[str, Any]], ctx: PolicyContext, chain: Sequence[Policy]
-) -> Compression | None:
-    """The previous turn's state re-applied, if it is valid and fits."""
-    if ctx.previous is None:
-        return None
-    policies: list[Any] = [*chain, Truncate()]
-    run = _Run(msgs)
-    for policy in policies:
-        if isinstance(policy, Replayable) and policy.name not in run.applied:
-            run.add(policy.name, policy.replay(run.messages, ctx))
-    after = ctx.count(run.messages)
-    if not run.steps or after > ctx.budget:
-        return None
-    return Compression(run.messages, run.steps, run.applied, ctx.previous, ctx.count(msgs), after)
+def _affected(fit: Fitting, level: Level, name: str) -> int:
+    """How many of the client's messages this level shows shortened, or drops."""
+    if name == DROP:
+        return len(fit.dropped())
+    if not isinstance(level, RewriteLevel):
+        return 0
+    mark = fit.marks[name]
+    gone = set(fit.dropped())
+    return sum(
+        1
+        for i in range(min(mark.upto, len(fit.msgs)))
+        if i not in gone and level.applies(fit, i, mark) and fit.shown_by(level, i, mark)
+    )

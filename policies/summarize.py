@@ -1,113 +1,73 @@
-"""``summarize``: replace the oldest turns with one structured summary message.
+"""``summarize``: drop the oldest units behind a note an LLM wrote, instead of a digest.
 
-The summary (goal; what was done, incl. files and code; key decisions; current
-state; open items and next steps; the user's requests verbatim where short) comes
-from ``ctx.summarize``. It is cached in the conversation's ``CutState``: while the
-history still starts with the summarized prefix the summary is reused without a
-call, and when the cut must move the cached summary is *extended* with only the
-newly dropped turns. A summarizer failure never fails the request: the policy
-returns the messages unchanged, says why in ``note``, and the chain goes on.
-
-Like truncate's note, the summary is a ``user`` message (see ``policies.truncate``).
+The summary (goal; what was done, with files and code; decisions; current state; next
+steps; the user's requests verbatim where short) comes from ``ctx.summarize``. It is
+a block of the same note the digest uses (``policies.truncate``): each move of the
+cut appends a summary of the newly dropped messages, written with the earlier
+blocks as context, and kept in the cut's mark, so later turns replay it without a
+call. A summarizer that fails or is missing never fails the request: the block is
+the digest instead, and the step's note says why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from policies.base import CutState, Message, PolicyContext, PolicyResult
-from policies.cuts import prefix_hash, previous_cut, search_cut, weight
-from policies.units import HANDOFF_MARK, Region, as_dicts, assemble, region
+from policies.base import Mark, Message, PolicyContext
+from policies.fitting import Fitting
+from policies.truncate import DigestWriter, Note, Truncate, drop_more
 
-
-def summary_message(count: int, tokens: int, summary: str) -> dict[str, Any]:
-    """The message standing where ``count`` summarized messages were."""
-    head = f"{HANDOFF_MARK}summary of {count:,} earlier messages ({tokens:,} tokens)]"
-    return {"role": "user", "content": f"{head}\n\n{summary}"}
+SUMMARY_PREFIX = "\n\n— summary of {count:,} message(s):\n"
 
 
-class Summarize:
-    """Summarize the oldest droppable units, reusing and extending cached summaries."""
+class SummaryWriter:
+    """Blocks written by the summarizer LLM; the digest when it cannot."""
+
+    def __init__(self, reserve_tokens: int) -> None:
+        self.reserve_tokens = reserve_tokens
+        self.fallback = DigestWriter()
+        self.why = ""
+
+    def bound(self, ctx: PolicyContext) -> int:
+        return self.reserve_tokens + 16
+
+    async def write(
+        self, newly: Sequence[Message], dropped: Sequence[Message], mark: Mark | None,
+        ctx: PolicyContext,
+    ) -> Note:  # fmt: skip
+        blocks = mark.blocks if mark is not None else ()
+        previous = "".join(blocks).strip() or None
+        if ctx.summarize is None:
+            self.why = "no summarizer configured"
+        else:
+            try:
+                text = await ctx.summarize(newly, previous)
+            except Exception as e:  # injected callable; a failure must never fail the request
+                self.why = f"summarizer failed: {type(e).__name__}: {e}"[:300]
+            else:
+                if text.strip():
+                    self.why = ""
+                    block = SUMMARY_PREFIX.format(count=len(newly)) + text.strip()
+                    seen = mark.seen if mark is not None else ()
+                    return Note((*blocks, block), seen)
+                self.why = "summarizer returned an empty summary"
+        return await self.fallback.write(newly, dropped, mark, ctx)
+
+
+class Summarize(Truncate):
+    """Truncate whose note blocks the summarizer writes."""
 
     name = "summarize"
 
-    def __init__(self, reserve_tokens: int = 1024):
+    def __init__(self, reserve_tokens: int = 1024) -> None:
         self.reserve_tokens = reserve_tokens
         """Room kept for a summary not yet written (the summarizer's max_tokens)."""
 
-    async def apply(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        msgs = as_dicts(messages)
-        if ctx.count(msgs) <= ctx.budget:
-            return PolicyResult(msgs, changed=False)
-        if ctx.summarize is None:
-            return PolicyResult(msgs, changed=False, note="no summarizer configured")
-        reg = region(msgs)
-        if not reg.units:
-            return PolicyResult(msgs, changed=False, note="nothing to summarize")
-        prev = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
-        old = ctx.previous.summary if prev is not None and ctx.previous else None
-        if prev is not None and old is not None:
-            reused = self._build(msgs, reg, prev, old, ctx)
-            if ctx.count(reused) <= ctx.budget:
-                return self._result(msgs, reused, reg, prev, old, ctx, "reused cached summary")
-        start = prev if old is not None and prev is not None else 0
-        placeholder = " ".join(["word"] * self.reserve_tokens)
-        points = [p for p in reg.points if p > start]
-        if not points:  # a retry aiming lower: nothing more is left to summarize
-            return PolicyResult(msgs, changed=False, note="nothing more to summarize")
-        k = search_cut(ctx, points, lambda p: self._build(msgs, reg, p, placeholder, ctx))
-        todo = [msgs[i] for i in reg.dropped(k)[start:]]
-        try:
-            summary = await ctx.summarize(todo, old if start else None)
-        except Exception as e:  # injected callable; a failure must never fail the request
-            return PolicyResult(msgs, changed=False, note=f"summarizer failed: {e!r}"[:300])
-        if not summary.strip():
-            return PolicyResult(msgs, changed=False, note="summarizer returned an empty summary")
-        out = self._build(msgs, reg, k, summary, ctx)
-        how = "extended cached summary" if start else "new summary"
-        return self._result(msgs, out, reg, k, summary, ctx, how)
-
-    def replay(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        """Re-apply the previous turn's summary if still valid, whether or not it fits."""
-        msgs = as_dicts(messages)
-        reg = region(msgs)
-        k = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
-        if k is None or ctx.previous is None or ctx.previous.summary is None:
-            return PolicyResult(msgs, changed=False)
-        summary = ctx.previous.summary
-        out = self._build(msgs, reg, k, summary, ctx)
-        return self._result(msgs, out, reg, k, summary, ctx, "reused cached summary")
-
-    @staticmethod
-    def _build(
-        msgs: list[dict[str, Any]], reg: Region, k: int, summary: str, ctx: PolicyContext
-    ) -> list[dict[str, Any]]:
-        dropped = reg.dropped(k)
-        tokens = weight(ctx, [msgs[i] for i in dropped])
-        return assemble(msgs, dropped, summary_message(len(dropped), tokens, summary))
-
-    def _result(
-        self,
-        msgs: list[dict[str, Any]],
-        out: list[dict[str, Any]],
-        reg: Region,
-        k: int,
-        summary: str,
-        ctx: PolicyContext,
-        how: str,
-    ) -> PolicyResult:
-        state = CutState(
-            cut=k,
-            summary=summary,
-            prefix_hash=prefix_hash(msgs[: reg.end(k)], ctx.memo),
-            policy=self.name,
-        )
-        return PolicyResult(
-            out,
-            changed=True,
-            removed_messages=k,
-            removed_tokens=ctx.count(msgs) - ctx.count(out),
-            note=f"summarized {k} oldest message(s) ({how})",
-            cut=state,
-        )
+    async def extend(self, fit: Fitting, ctx: PolicyContext) -> str:
+        writer = SummaryWriter(self.reserve_tokens)
+        n = await drop_more(fit, ctx, writer, recent=False)
+        if not n:
+            return ""
+        if writer.why:
+            return f"dropped {n} old message(s) behind the digest (summary not used: {writer.why})"
+        return f"summarized {n} old message(s)"

@@ -1,95 +1,144 @@
-"""``truncate``: keep the newest whole units that fit; drop older ones behind one note.
+"""``truncate``: drop the oldest whole units; one note stands where they were.
 
-The note is a ``user`` message, not ``system``: several strict chat templates
-(Gemma, Qwen and others behind llama.cpp or vLLM) reject a system message that is
-not first, and Anthropic-style upstreams hoist system text out of order, while a
-user message is accepted anywhere by every OpenAI-compatible upstream. It states
-how many messages and tokens were omitted and previews the oldest omitted one.
-
-The cut is reused from the previous turn while it still fits (see ``policies.cuts``).
+The note is a ``user`` message, not ``system``: several strict chat templates (Gemma,
+Qwen and others behind llama.cpp or vLLM) reject a system message that is not first,
+while a user message is accepted anywhere by every OpenAI-compatible upstream. It
+carries a digest of what the dropped messages held (``policies.digest``), one block
+per move of the cut, appended, within a size that scales with the budget; when a new
+block would not fit, the digest is rewritten once as one block over everything
+dropped. A note a last resort shrank (``Mark.keep``: the room it was shrunk to) is
+rewritten whole, in its full room, at the next move. ``middle-out`` is the same
+with the opening (everything up to the first user message) pinned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Protocol
 
-from policies.base import CutState, Message, PolicyContext, PolicyResult
-from policies.cuts import prefix_hash, preview, previous_cut, search_cut, weight
-from policies.units import HANDOFF_MARK, Region, as_dicts, assemble, region
+from policies import digest
+from policies.base import Mark, Message, PolicyContext
+from policies.fitting import DROP, NOTE_HEADER, Fitting
+
+MIN_BLOCK_CHARS = 240
+"""A new block gets at least this much room, else the digest is rewritten as one."""
 
 
-def omission_note(omitted: Sequence[Message], tokens: int) -> dict[str, Any]:
-    """The one message standing where ``omitted`` messages were."""
-    first = omitted[0]
-    text = (
-        f"{HANDOFF_MARK}{len(omitted):,} earlier messages ({tokens:,} tokens) were omitted "
-        f"to fit this model's context window. The oldest ({first.get('role', '?')}) "
-        f'began: "{preview(first)}"]'
-    )
-    return {"role": "user", "content": text}
+def note_chars(ctx: PolicyContext) -> int:
+    """The most the note may hold, in characters: about a sixth of the budget."""
+    return 4 * max(120, min(1500, ctx.budget // 6))
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """The drop mark's text once a writer has written it."""
+
+    blocks: tuple[str, ...]
+    seen: tuple[str, ...] = ()
+    shrunk: int = 0
+    """The room a last resort shrank the note to (0: it was not), so the next move
+    writes it whole again."""
+
+
+class BlockWriter(Protocol):
+    """Writes the note's text for messages being dropped."""
+
+    def bound(self, ctx: PolicyContext) -> int:
+        """Tokens the note may grow by at most, for the search of the new cut."""
+        ...
+
+    async def write(
+        self, newly: Sequence[Message], dropped: Sequence[Message], mark: Mark | None,
+        ctx: PolicyContext,
+    ) -> Note:  # fmt: skip
+        """The note once ``newly`` joins what ``mark`` dropped (``dropped`` is all of
+        it, ``newly`` included)."""
+        ...
+
+
+class DigestWriter:
+    """Blocks from :mod:`policies.digest`: appended, or written as one when the room
+    left is too small or a last resort shrank the note."""
+
+    def bound(self, ctx: PolicyContext) -> int:
+        return note_chars(ctx) // 3
+
+    async def write(
+        self, newly: Sequence[Message], dropped: Sequence[Message], mark: Mark | None,
+        ctx: PolicyContext,
+    ) -> Note:  # fmt: skip
+        room = note_chars(ctx) - len(NOTE_HEADER)
+        blocks, seen = (mark.blocks, mark.seen) if mark is not None else ((), ())
+        left = room - sum(len(b) for b in blocks)
+        if left >= MIN_BLOCK_CHARS and not (mark is not None and mark.keep):
+            text, keys = digest.block(newly, seen, left)
+            return Note((*blocks, text), (*seen, *keys))
+        text, keys = digest.block(dropped, (), room)
+        return Note((text,), keys)
+
+
+async def drop_more(fit: Fitting, ctx: PolicyContext, writer: BlockWriter, *, recent: bool) -> int:
+    """Move the drop mark over the fewest more units that bring the prompt to
+    ``ctx.aim`` (past the recent part too, but never the last unit, when ``recent``);
+    returns how many messages it newly dropped. A user message the old mark spared as
+    the newest, and no longer is, is among the first to go (into the note)."""
+    mark = fit.marks.get(DROP)
+    done = mark.upto if mark is not None else 0
+    gone = set(fit.dropped())
+    stop = fit.shape.units[-1].start if recent else fit.shape.recent
+    units = [
+        u
+        for u in fit.shape.droppable(reach_recent=True)
+        if u.stop <= stop and not gone.issuperset(u)
+    ]
+    total = fit.tokens()
+    if not units or total <= ctx.aim:
+        return 0
+    bound = writer.bound(ctx)
+    chosen, saved = len(units) - 1, 0
+    for k, u in enumerate(units):
+        saved += sum(fit.size(fit.version(i)) for i in u)
+        if total - saved + bound <= ctx.aim:
+            chosen = k
+            break
+    while True:
+        newly = [fit.msgs[i] for u in units[: chosen + 1] for i in u]
+        everything = [fit.msgs[i] for i in sorted(gone)] + newly
+        note = await writer.write(newly, everything, mark, ctx)
+        stop = max(done, units[chosen].stop)
+        fit.mark(DROP, stop, blocks=note.blocks, seen=note.seen, keep=note.shrunk)
+        if chosen == len(units) - 1 or fit.tokens() <= ctx.aim:
+            return len(newly)
+        chosen = min(len(units) - 1, chosen + 1 + (len(units) - chosen) // 8)
+
+
+def restore_note(fit: Fitting, ctx: PolicyContext) -> bool:
+    """Write a note a last resort shrank whole again, in its full room (the cut is about
+    to move, so the prefix changes anyway); the last resorts shrink it again if need be."""
+    mark = fit.marks.get(DROP)
+    if mark is None or not mark.keep:
+        return False
+    gone = [fit.msgs[i] for i in fit.dropped()]
+    text, keys = digest.block(gone, (), note_chars(ctx) - len(NOTE_HEADER))
+    fit.mark(DROP, mark.upto, blocks=(text,), seen=keys)
+    return True
 
 
 class Truncate:
-    """Drop the oldest droppable units until the rest fits."""
+    """Drop the oldest droppable units behind a note with their digest."""
 
     name = "truncate"
+    pins_opening = False
+    writer: BlockWriter = DigestWriter()
 
-    def start(self, messages: Sequence[Message]) -> int:
-        """Index where the droppable region begins."""
-        return 0
+    async def extend(self, fit: Fitting, ctx: PolicyContext) -> str:
+        n = await drop_more(fit, ctx, self.writer, recent=False)
+        return f"dropped {n} more old message(s) behind the digest" if n else ""
 
-    async def apply(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        msgs = as_dicts(messages)
-        if ctx.count(msgs) <= ctx.budget:
-            return PolicyResult(msgs, changed=False)
-        reg = region(msgs, self.start(msgs))
-        if not reg.units:
-            return PolicyResult(msgs, changed=False, note="nothing droppable")
-        prev = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
-        if prev is not None and ctx.count(self.build(msgs, reg, prev, ctx)) <= ctx.budget:
-            k = prev
-        else:
-            points = [p for p in reg.points if p > (prev or 0)]
-            if points:
-                k = search_cut(ctx, points, lambda p: self.build(msgs, reg, p, ctx))
-            elif prev is not None:
-                k = prev  # a retry aiming lower: no older unit is left to drop
-            else:
-                return PolicyResult(msgs, changed=False, note="nothing droppable")
-        return self.result(msgs, reg, k, ctx)
 
-    def replay(self, messages: Sequence[Message], ctx: PolicyContext) -> PolicyResult:
-        """Re-apply the previous turn's cut if it is still valid, whether or not it fits."""
-        msgs = as_dicts(messages)
-        reg = region(msgs, self.start(msgs))
-        k = previous_cut(msgs, reg, ctx.previous, self.name, ctx.memo)
-        if k is None:
-            return PolicyResult(msgs, changed=False)
-        return self.result(msgs, reg, k, ctx)
+class MiddleOut(Truncate):
+    """Truncate that never drops the opening: the system prompt and the first user turn."""
 
-    def build(
-        self, msgs: list[dict[str, Any]], reg: Region, k: int, ctx: PolicyContext
-    ) -> list[dict[str, Any]]:
-        dropped = reg.dropped(k)
-        if not dropped:
-            return msgs
-        omitted = [msgs[i] for i in dropped]
-        note = omission_note(omitted, weight(ctx, omitted))
-        return assemble(msgs, dropped, note)
-
-    def result(
-        self, msgs: list[dict[str, Any]], reg: Region, k: int, ctx: PolicyContext
-    ) -> PolicyResult:
-        out = self.build(msgs, reg, k, ctx)
-        state = CutState(
-            cut=k, prefix_hash=prefix_hash(msgs[: reg.end(k)], ctx.memo), policy=self.name
-        )
-        return PolicyResult(
-            out,
-            changed=True,
-            removed_messages=k,
-            removed_tokens=ctx.count(msgs) - ctx.count(out),
-            note=f"dropped {k} oldest message(s)",
-            cut=state,
-        )
+    name = "middle-out"
+    pins_opening = True

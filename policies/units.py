@@ -1,15 +1,18 @@
-"""Where a conversation may be cut: atomic units, the pinned tail, droppable regions.
+"""Where a conversation may be cut: atomic units, what is pinned, what is recent.
 
 A *unit* is a message plus the ``tool``/``function`` results that directly follow
-it, so an assistant ``tool_calls`` message and its results are dropped or kept
-together and no tool result is ever orphaned. The *tail* starts at the newest user
-message and runs to the end (an agent's in-flight tool calls included); it is
-pinned, as are all system and developer messages wherever they stand.
+it, so an assistant ``tool_calls`` message and its results are rewritten, kept or
+dropped together and no tool result is ever orphaned. *Pinned* are every system and
+developer message wherever it stands and the newest user message: never dropped.
+*Recent* is everything from the unit holding the newest ``keep`` tool results (as
+many of them as fit half the budget, the newest always; or the last unit, if that
+starts later) to the end: an agent's tool loop after the newest user message is
+ordinary units, and only its recent part is spared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +21,7 @@ from policies.base import Message
 TOOL_ROLES = frozenset({"tool", "function"})
 PINNED_ROLES = frozenset({"system", "developer"})
 HANDOFF_MARK = "[handoff: "
-"""Every message or stub handoff writes starts with this, so it is recognisable."""
+"""Every message, stub or marker handoff writes starts with this, so it is recognisable."""
 
 
 def called_function(call: Any) -> dict[str, Any]:
@@ -46,23 +49,12 @@ def units(messages: Sequence[Message]) -> list[range]:
     return out
 
 
-def tail_start(messages: Sequence[Message]) -> int:
-    """Index of the newest user message; without one, of the last unit."""
+def newest_user(messages: Sequence[Message]) -> int:
+    """Index of the newest user message, -1 if there is none."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i].get("role") == "user":
             return i
-    us = units(messages)
-    return us[-1].start if us else 0
-
-
-def is_pinned(messages: Sequence[Message], i: int, tail: int) -> bool:
-    return i >= tail or messages[i].get("role") in PINNED_ROLES
-
-
-def pinned(messages: Sequence[Message]) -> list[Message]:
-    """System and developer messages plus the tail: what must always be forwarded."""
-    tail = tail_start(messages)
-    return [m for i, m in enumerate(messages) if is_pinned(messages, i, tail)]
+    return -1
 
 
 def is_handoff(message: Message) -> bool:
@@ -72,59 +64,64 @@ def is_handoff(message: Message) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Region:
-    """The droppable units from ``start`` to the tail, oldest first.
-
-    A cut ``k`` drops the first ``k`` droppable messages; only unit boundaries
-    (``points``) are valid cuts, so tool-call pairs stay whole.
-    """
+class Shape:
+    """The structure compression works within, derived once per request."""
 
     units: tuple[range, ...]
+    newest_user: int
+    """Index of the pinned newest user message, -1 without one."""
+    recent: int
+    """Index where the recent part starts: nothing at or after it is rewritten or
+    dropped except as a last resort."""
+    pinned: frozenset[int]
+    """System and developer messages (and the opening, for middle-out); the newest
+    user message is pinned too, as ``newest_user``."""
 
-    @property
-    def points(self) -> list[int]:
-        total, out = 0, [0]
-        for u in self.units:
-            total += len(u)
-            out.append(total)
-        return out
+    def droppable(self, *, reach_recent: bool = False, spare: int | None = None) -> list[range]:
+        """Units that may be dropped, oldest first: no pinned message in them, before
+        ``recent`` (or, as a last resort, anything but the last unit). ``spare`` is the
+        user message to keep pinned (default: the newest)."""
+        stop = self.units[-1].start if reach_recent and self.units else self.recent
+        kept = self.newest_user if spare is None else spare
+        return [
+            u
+            for u in self.units
+            if u.stop <= stop and kept not in u and not self.pinned.intersection(u)
+        ]
 
-    def dropped(self, k: int) -> list[int]:
-        """Indices of the first ``k`` droppable messages (``k`` must be a point)."""
-        out: list[int] = []
-        for u in self.units:
-            if len(out) >= k:
+
+def shape(
+    messages: Sequence[Message],
+    keep: int = 3,
+    pin_opening: bool = False,
+    room: Callable[[Sequence[int]], bool] | None = None,
+) -> Shape:
+    """Units, the pinned messages and where the recent part starts. ``pin_opening``
+    pins everything up to and including the first user message too (middle-out).
+    ``room`` says whether the tool results at some indices fit the share of the budget
+    the recent part may take; the newest results are kept while it does (at most
+    ``keep``, the newest one always)."""
+    us = units(messages)
+    user = newest_user(messages)
+    pinned = {i for i, m in enumerate(messages) if m.get("role") in PINNED_ROLES}
+    if pin_opening:
+        first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
+        pinned.update(range(first + 1))
+    recent = us[-1].start if us else 0
+    tools = [i for i, m in enumerate(messages) if m.get("role") in TOOL_ROLES]
+    if keep > 0 and tools:
+        kept = tools[-keep:]
+        while room is not None and len(kept) > 1 and not room(kept):
+            kept = kept[1:]
+        oldest_kept = kept[0]
+        for u in us:
+            if oldest_kept in u:
+                recent = min(recent, u.start)
                 break
-            out.extend(u)
-        return out
-
-    def end(self, k: int) -> int:
-        """Index just after the last dropped message (0 for no cut)."""
-        dropped = self.dropped(k)
-        return dropped[-1] + 1 if dropped else 0
+    return Shape(tuple(us), user, recent, frozenset(pinned))
 
 
-def region(messages: Sequence[Message], start: int = 0) -> Region:
-    """Droppable units at or after ``start`` and before the tail."""
-    tail = tail_start(messages)
-    picked = [
-        u
-        for u in units(messages)
-        if u.start >= start and u.stop <= tail and messages[u.start].get("role") not in PINNED_ROLES
-    ]
-    return Region(tuple(picked))
-
-
-def assemble(
-    messages: Sequence[dict[str, Any]], dropped: Sequence[int], note: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """``messages`` without ``dropped``, with ``note`` standing where the first one was."""
-    gone = set(dropped)
-    first = min(gone) if gone else -1
-    out: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        if i == first and note is not None:
-            out.append(note)
-        if i not in gone:
-            out.append(m)
-    return out
+def pinned(messages: Sequence[Message]) -> list[Message]:
+    """System and developer messages plus the newest user message: always forwarded."""
+    s = shape(messages, keep=0)
+    return [m for i, m in enumerate(messages) if i in s.pinned or i == s.newest_user]

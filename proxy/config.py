@@ -145,8 +145,7 @@ class TokenSettings(_Section):
 
 class ElideSettings(_Section):
     keep: int = Field(3, ge=0)
-    min_tokens: int = Field(200, ge=0)
-    elide_arguments: bool = False
+    """The newest tool results that stay whole until nothing else is left to give up."""
 
 
 class SummarizeSettings(_Section):
@@ -162,10 +161,27 @@ class SummarizeSettings(_Section):
 class CompressionSettings(_Section):
     enabled: bool = True
     chain: list[str] = Field(
-        default_factory=lambda: ["elide-tool-results", "summarize", "truncate"]
+        default_factory=lambda: [
+            "elide-tool-results",
+            "elide-arguments",
+            "trim-pastes",
+            "trim-prose",
+            "summarize",
+            "truncate",
+        ]
     )
-    step: float = Field(0.2, gt=0, le=1)
-    """A cut that must move moves by at least this share of the budget."""
+    low_water: float | Literal["auto"] = "auto"
+    """When a cut must move, it moves until the prompt fills this share of the budget,
+    so the turns after it fit without moving it again (prompt caches keep hitting).
+    "auto": 0.5 for budgets up to 4k tokens, 0.6 to 16k, 0.7 to 64k, 0.8 above."""
+
+    @field_validator("low_water")
+    @classmethod
+    def _share(cls, v: float | str) -> float | str:
+        if v != "auto" and not 0 < float(v) <= 1:
+            raise ValueError('must be "auto" or a share of the budget in (0, 1], e.g. 0.7')
+        return v
+
     elide: ElideSettings = Field(default_factory=ElideSettings)
     summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
 

@@ -1,5 +1,10 @@
 """Hypothesis strategies for chat conversations, a fake token counter, and the
-invariant checks every compressed request must pass. Reusable by any test."""
+invariant checks every compressed request must pass. Reusable by any test.
+
+Conversations come in two shapes: a chat (user and assistant turns, some with tool
+rounds) and an agent loop (one user message, then dozens of tool rounds), with
+multimodal parts, reasoning fields, pastes, parallel calls and huge single messages.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import orjson
 from hypothesis import strategies as st
 
 from policies.base import Message
-from policies.units import HANDOFF_MARK, PINNED_ROLES, TOOL_ROLES, tail_start
+from policies.units import HANDOFF_MARK, PINNED_ROLES, TOOL_ROLES, newest_user, units
 
 Msg = dict[str, Any]
 
@@ -31,7 +36,7 @@ def text(draw: st.DrawFn, big: bool = False) -> str:
     words = draw(st.lists(_words, min_size=1, max_size=12))
     s = " ".join(words)
     if big or draw(st.integers(0, 9)) == 0:
-        s += " " + "line of output\n" * draw(st.integers(20, 150))
+        s += "\n" + "line of output\n" * draw(st.integers(20, 150))
     return s
 
 
@@ -61,15 +66,30 @@ def extras() -> st.SearchStrategy[dict[str, Any]]:
 
 
 @st.composite
+def arguments(draw: st.DrawFn) -> str:
+    """Tool-call arguments: a path, a command, or a file's contents being written."""
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return orjson.dumps({"path": "src/app.py"}).decode()
+    if kind == 1:
+        return orjson.dumps({"command": "pytest -q"}).decode()
+    if kind == 2:
+        body = "x = 1\n" * draw(st.integers(60, 400))
+        return orjson.dumps({"path": "src/new.py", "content": body}).decode()
+    return draw(st.sampled_from(["{}", "not json", '{"p": 1}']))
+
+
+@st.composite
 def tool_round(draw: st.DrawFn, tag: str) -> list[Msg]:
-    """An assistant message with tool_calls and one result per call."""
+    """An assistant message with tool_calls (maybe text too) and one result per call."""
     n = draw(st.integers(1, 3))
     ids = [f"call_{tag}_{j}" for j in range(n)]
     calls = [
-        {"id": i, "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}
+        {"id": i, "type": "function", "function": {"name": "read", "arguments": draw(arguments())}}
         for i in ids
     ]
-    out: list[Msg] = [{"role": "assistant", "content": None, "tool_calls": calls}]
+    said = draw(st.one_of(st.none(), text()))
+    out: list[Msg] = [{"role": "assistant", "content": said, "tool_calls": calls}]
     for i in ids:
         out.append({"role": "tool", "tool_call_id": i, "content": draw(text())})
     return out
@@ -86,14 +106,18 @@ def turn(draw: st.DrawFn, tag: str) -> list[Msg]:
     return [*msgs, answer]
 
 
-@st.composite
-def conversations(draw: st.DrawFn, max_turns: int = 8) -> list[Msg]:
-    """A system prompt or two, past turns (maybe a mid-conversation system message),
-    the newest user message, and maybe an agent's in-flight tool round after it."""
-    msgs: list[Msg] = [
+def _system(draw: st.DrawFn) -> list[Msg]:
+    return [
         {"role": draw(st.sampled_from(["system", "developer"])), "content": draw(text())}
         for _ in range(draw(st.integers(0, 2)))
     ]
+
+
+@st.composite
+def chats(draw: st.DrawFn, max_turns: int = 8) -> list[Msg]:
+    """A system prompt or two, past turns (maybe a mid-conversation system message),
+    the newest user message, and maybe an agent's in-flight tool round after it."""
+    msgs = _system(draw)
     n = draw(st.integers(0, max_turns))
     mid_system = draw(st.integers(-1, n))
     for t in range(n):
@@ -106,16 +130,37 @@ def conversations(draw: st.DrawFn, max_turns: int = 8) -> list[Msg]:
     return msgs
 
 
+@st.composite
+def agent_loops(draw: st.DrawFn, max_rounds: int = 24) -> list[Msg]:
+    """An agent CLI's task: a system prompt, maybe earlier turns, one user message, then
+    many tool rounds (the whole task is one user turn)."""
+    msgs = _system(draw)
+    for t in range(draw(st.integers(0, 2))):
+        msgs += draw(turn(f"e{t}"))
+    msgs.append({"role": "user", "content": draw(content())})
+    for r in range(draw(st.integers(1, max_rounds))):
+        msgs += draw(tool_round(f"a{r}"))
+    if draw(st.booleans()):
+        msgs.append({"role": "assistant", "content": draw(text())})
+    return msgs
+
+
+def conversations(max_turns: int = 8) -> st.SearchStrategy[list[Msg]]:
+    """Chats and agent loops."""
+    return st.one_of(chats(max_turns), agent_loops(3 * max_turns))
+
+
 # --- invariants ---------------------------------------------------------------------
 
 
 def is_made(m: Message) -> bool:
-    """A message handoff wrote (note, summary), not derived from one original."""
+    """A message handoff wrote (the note), not derived from one original."""
     return isinstance(m.get("content"), str) and str(m["content"]).startswith(HANDOFF_MARK)
 
 
-def _marked(m: Message) -> bool:
-    return HANDOFF_MARK in orjson.dumps(m).decode() or "handoff_elided" in orjson.dumps(m).decode()
+def marked(m: Message) -> bool:
+    """Carries one of handoff's markers somewhere (a stub, a cut, slimmed arguments)."""
+    return HANDOFF_MARK in orjson.dumps(m).decode()
 
 
 def _same_identity(o: Message, m: Message) -> bool:
@@ -128,27 +173,25 @@ def _same_identity(o: Message, m: Message) -> bool:
     calls_o, calls_m = o.get("tool_calls"), m.get("tool_calls")
     if (calls_o is None) != (calls_m is None):
         return False
-    if calls_o and calls_m:
-        ids = [c["id"] for c in calls_o] == [c["id"] for c in calls_m]
-        if not ids:
-            return False
-    return _marked(o)
+    if calls_o and calls_m and [c["id"] for c in calls_o] != [c["id"] for c in calls_m]:
+        return False
+    return marked(o)
 
 
-def origins(original: Sequence[Message], output: Sequence[Message]) -> list[int]:
-    """Map each non-made output message to its original's index, in increasing order
-    (matched newest first, so duplicates map to the newest); assert it is identical or
-    a marked rewrite of that original."""
-    j, out = len(original) - 1, []
-    for o in reversed(output):
-        if is_made(o) and o.get("role") == "user" and "tool_call_id" not in o:
-            continue
-        while j >= 0 and not (original[j] == o or _same_identity(o, original[j])):
-            j -= 1
-        assert j >= 0, f"output message not from the original, or out of order: {o}"
-        out.append(j)
-        j -= 1
-    return out[::-1]
+def check_origins(
+    original: Sequence[Message], output: Sequence[Message], origins: Sequence[int | None]
+) -> None:
+    """Each output message shows the original its origin names (identical, or a marked
+    rewrite of it), in increasing order; the one message without an origin is the note."""
+    assert len(origins) == len(output)
+    seen = [j for j in origins if j is not None]
+    assert seen == sorted(set(seen)), "origins out of order or repeated"
+    assert sum(1 for j in origins if j is None) <= 1, "more than one note"
+    for o, j in zip(output, origins, strict=True):
+        if j is None:
+            assert is_made(o) and o.get("role") == "user"
+        else:
+            assert o == original[j] or _same_identity(o, original[j]), f"{o} from {original[j]}"
 
 
 def check_pairs(messages: Sequence[Message]) -> None:
@@ -167,18 +210,43 @@ def check_pairs(messages: Sequence[Message]) -> None:
         i = j
 
 
-def check_invariants(original: Sequence[Message], output: Sequence[Message], budget: int) -> None:
-    """The invariants of every compressed request (see issue 4)."""
+def check_sacrifice_order(
+    original: Sequence[Message], output: Sequence[Message], origins: Sequence[int | None]
+) -> None:
+    """A newer tool result is never cut while an older one stands whole (cut: stubbed,
+    trimmed or dropped), unless the older one is too small to be worth a stub."""
+    shown = {j: o for o, j in zip(output, origins, strict=True) if j is not None}
+    results = [i for i, m in enumerate(original) if m.get("role") in TOOL_ROLES]
+    whole = [i for i in results if i in shown and shown[i] == original[i]]
+    cut = [i for i in results if i not in shown or shown[i] != original[i]]
+    for j in cut:
+        for i in whole:
+            if i < j:
+                assert len(str(original[i].get("content"))) < 200, (
+                    f"result {j} cut while older result {i} is whole"
+                )
+
+
+def check_invariants(
+    original: Sequence[Message],
+    output: Sequence[Message],
+    budget: int,
+    origins: Sequence[int | None] | None = None,
+) -> None:
+    """The invariants of every compressed request."""
     assert count(output) <= budget
     sys_in = [m for m in original if m.get("role") in PINNED_ROLES]
     assert [m for m in output if m.get("role") in PINNED_ROLES] == sys_in
-    newest = original[tail_start(original)]
-    kept = [o for o in output if o.get("role") == "user" and not is_made(o)]
-    assert kept and (kept[-1] == newest or _same_identity(kept[-1], newest))
     check_pairs(output)
-    idx = origins(original, output)
-    tail = tail_start(original)
-    assert [i for i in idx if i >= tail] == list(range(tail, len(original))), "tail not kept"
+    if origins is None:
+        return
+    check_origins(original, output, origins)
+    user = newest_user(original)
+    if user >= 0:
+        assert user in origins, "newest user message dropped"
+    last = units(original)[-1]
+    assert all(i in origins for i in last), "the last unit was not kept"
+    check_sacrifice_order(original, output, origins)
 
 
 def tool_definitions(

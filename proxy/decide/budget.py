@@ -108,3 +108,22 @@ def decision_headers(
     if applied:
         headers["x-handoff-policy"] = ",".join(applied)
     return headers
+
+
+def headroom_share(budget: int) -> float:
+    """How much of the budget a moved cut leaves free for the turns after it: small
+    windows fill in a few turns, so they need a larger share to move the cut rarely."""
+    if budget <= 4096:
+        return 0.5
+    if budget <= 16384:
+        return 0.4
+    if budget <= 65536:
+        return 0.3
+    return 0.2
+
+
+def low_water_target(budget: int, low_water: float | str) -> int:
+    """Where a cut that must move aims: ``compression.low_water`` of the budget, or by
+    the budget's size when it is "auto"."""
+    share = 1.0 - headroom_share(budget) if low_water == "auto" else float(low_water)
+    return max(0, int(budget * share))

@@ -1,4 +1,6 @@
-"""Per-conversation memory of the last compression cut, so the next turn reuses it.
+"""Per-conversation memory of the last compression's marks, for each window, so the
+next turn to the same window replays them (and a larger window never gets the cut a
+smaller one needed).
 
 A conversation is recognised by its opening messages (system prompt and first
 user turn), which every resend of the same history repeats. When the snapshot
@@ -19,6 +21,9 @@ from policies.base import CutState
 
 _OPENING = 2
 
+CutKey = tuple[str, int]
+"""(conversation key, the target model's context window)."""
+
 
 def conversation_key(messages: Sequence[Mapping[str, Any]]) -> str:
     """A stable key from the conversation's first messages."""
@@ -30,21 +35,21 @@ def conversation_key(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 class CutMemory:
-    """A bounded LRU of conversation key → last :class:`CutState`."""
+    """A bounded LRU of (conversation key, window) → last :class:`CutState`."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._data: OrderedDict[str, CutState] = OrderedDict()
+        self._data: OrderedDict[CutKey, CutState] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> CutState | None:
+    def get(self, key: CutKey) -> CutState | None:
         with self._lock:
             state = self._data.get(key)
             if state is not None:
                 self._data.move_to_end(key)
             return state
 
-    def put(self, key: str, state: CutState) -> None:
+    def put(self, key: CutKey, state: CutState) -> None:
         with self._lock:
             self._data[key] = state
             self._data.move_to_end(key)

@@ -30,6 +30,7 @@ from proxy.decide.budget import (
     capped,
     compute_budget,
     decision_headers,
+    low_water_target,
     requested_output,
     too_large,
 )
@@ -297,22 +298,25 @@ class Engine:
         client_headers: Mapping[str, str],
     ) -> Plan:
         summarize = self._summarizer(req, up, client_headers)
+        budget = target.budget.budget
+        cut_key = (key, target.budget.window)
         ctx = PolicyContext(
-            budget=target.budget.budget,
+            budget=budget,
             count=self._count_fn(memo.factor, base),
+            target=low_water_target(budget, self.settings.compression.low_water),
             summarize=summarize,
-            previous=self.cuts.get(key),
-            step_tokens=int(target.budget.budget * self.settings.compression.step),
-            options=self.settings.compression.model_dump(),
+            previous=self.cuts.get(cut_key),
             memo=memo.policies,
         )
         chain = build_chain(self.settings.compression, has_summarizer=summarize is not None)
         try:
-            result = await compress(req.messages, ctx, chain)
+            result = await compress(
+                req.messages, ctx, chain, keep=self.settings.compression.elide.keep
+            )
         except PinnedTooLarge as e:
             raise too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
-            self.cuts.put(key, result.cut)
+            self.cuts.put(cut_key, result.cut)
         return self._compressed_plan(req, target, tokens, result, base(result.messages))
 
     def _compressed_plan(

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-from policies.base import Policy
+from policies.base import Level
 from policies.chain import POLICIES
-from policies.elide_tool_results import ElideToolResults
 from policies.summarize import Summarize
 from proxy.config import CompressionSettings
 
 
-def build_chain(settings: CompressionSettings, has_summarizer: bool) -> list[Policy]:
-    """The configured policies in order; ``summarize`` is skipped without a summarizer."""
-    chain: list[Policy] = []
+def build_chain(settings: CompressionSettings, has_summarizer: bool) -> list[Level]:
+    """The configured levels in order; ``summarize`` is skipped without a summarizer."""
+    chain: list[Level] = []
     for name in settings.chain:
         if name not in POLICIES:
             raise ValueError(
                 f"compression.chain: unknown policy {name!r} (known: {', '.join(POLICIES)})"
             )
-        if name == "elide-tool-results":
-            e = settings.elide
-            chain.append(ElideToolResults(e.keep, e.min_tokens, e.elide_arguments))
-        elif name == "summarize":
+        if name == "summarize":
             if has_summarizer:
                 chain.append(Summarize(settings.summarize.max_tokens))
         else:

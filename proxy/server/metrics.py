@@ -138,7 +138,7 @@ class Metrics:
             self.tokens_saved.labels(model).inc(max(0, decision.tokens - forwarded))
             for step in decision.steps:
                 note = str(step.get("note", ""))
-                if step.get("policy") == "summarize" and "reused cached summary" in note:
+                if step.get("policy") == "summarize" and note == "as on the previous turn":
                     self.summary_cache_hits.inc()
 
     def render(self, store: Store | None, gate: StoreGate | None = None) -> bytes:

@@ -1,30 +1,30 @@
-"""The configured chain: names to policies, with their settings."""
+"""The configured chain: names to levels, with their settings."""
 
 from __future__ import annotations
 
 import pytest
 
-from policies.chain import POLICIES
-from policies.elide_tool_results import ElideToolResults
+from policies.chain import DEFAULT_CHAIN, POLICIES
 from proxy.config import CompressionSettings
 from proxy.decide.policy_chain import build_chain
 
 
 def test_build_chain_default_and_without_summarizer() -> None:
-    """The default chain is elide → summarize → truncate; summarize goes without a summarizer."""
+    """The default chain gives up the cheapest first; summarize goes without a summarizer."""
     s = CompressionSettings()
-    assert [p.name for p in build_chain(s, True)] == ["elide-tool-results", "summarize", "truncate"]
-    assert [p.name for p in build_chain(s, False)] == ["elide-tool-results", "truncate"]
-    assert set(POLICIES) >= {"elide-tool-results", "summarize", "truncate", "middle-out"}
+    assert tuple(s.chain) == DEFAULT_CHAIN
+    assert [p.name for p in build_chain(s, True)] == list(DEFAULT_CHAIN)
+    assert [p.name for p in build_chain(s, False)] == [n for n in DEFAULT_CHAIN if n != "summarize"]
+    assert set(POLICIES) >= {*DEFAULT_CHAIN, "middle-out"}
 
 
-def test_build_chain_passes_elide_settings() -> None:
-    """Elide's keep/min_tokens/elide_arguments come from the settings."""
+def test_build_chain_passes_the_summarizer_budget() -> None:
+    """summarize reserves the summarizer's max_tokens for the summary it will write."""
     s = CompressionSettings.model_validate(
-        {"chain": ["elide-tool-results"], "elide": {"keep": 7, "min_tokens": 9}}
+        {"chain": ["summarize"], "summarize": {"max_tokens": 77}}
     )
-    (elide,) = build_chain(s, False)
-    assert isinstance(elide, ElideToolResults) and (elide.keep, elide.min_tokens) == (7, 9)
+    (summarize,) = build_chain(s, True)
+    assert summarize.reserve_tokens == 77  # type: ignore[attr-defined]
 
 
 def test_build_chain_unknown_name() -> None:
@@ -32,3 +32,10 @@ def test_build_chain_unknown_name() -> None:
     s = CompressionSettings(chain=["truncate", "squash"])
     with pytest.raises(ValueError, match="'squash'"):
         build_chain(s, True)
+
+
+def test_low_water_is_a_share_or_auto() -> None:
+    """compression.low_water is "auto" or a share of the budget in (0, 1]."""
+    assert CompressionSettings(low_water=0.7).low_water == 0.7
+    with pytest.raises(ValueError, match="low_water"):
+        CompressionSettings(low_water=1.5)

@@ -1,4 +1,4 @@
-"""units, regions and prefix hashes."""
+"""Units, the pinned messages, the recent part, and prefix hashes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import copy
 from typing import Any
 
 from policies.base import Memo
-from policies.cuts import content_digest, dumps, fingerprint, prefix_hash
-from policies.units import region, tail_start, units
+from policies.fitting import prefix_hash
+from policies.units import newest_user, shape, units
 
 CALL = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 CONV: list[dict[str, Any]] = [
@@ -19,19 +19,32 @@ CONV: list[dict[str, Any]] = [
     {"role": "user", "content": "u2"},
     {"role": "assistant", "content": None, "tool_calls": [CALL]},
     {"role": "tool", "tool_call_id": "c", "content": "r"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "c", "content": "r"},
 ]
 
 
 def test_units_group_tool_results_with_their_call() -> None:
     """An assistant tool_calls message and its results form one unit."""
-    assert [list(u) for u in units(CONV)] == [[0], [1], [2, 3], [4], [5], [6, 7]]
+    assert [list(u) for u in units(CONV)] == [[0], [1], [2, 3], [4], [5], [6, 7], [8, 9]]
 
 
-def test_tail_and_region() -> None:
-    """The tail starts at the newest user message; pinned roles are not droppable."""
-    assert tail_start(CONV) == 5
-    reg = region(CONV)
-    assert reg.points == [0, 1, 3] and reg.dropped(3) == [1, 2, 3] and reg.end(1) == 2
+def test_pinned_recent_and_droppable() -> None:
+    """System messages and the newest user message are pinned; tool rounds after the
+    newest user message are ordinary units, and only the newest ``keep`` are recent."""
+    s = shape(CONV, keep=1)
+    assert newest_user(CONV) == s.newest_user == 5 and s.pinned == {0, 4}
+    assert s.recent == 8
+    assert [list(u) for u in s.droppable()] == [[1], [2, 3], [6, 7]]
+    assert [list(u) for u in s.droppable(reach_recent=True)] == [[1], [2, 3], [6, 7]]
+    assert shape(CONV, keep=3).recent == 2
+    assert [list(u) for u in shape(CONV, keep=0).droppable()] == [[1], [2, 3], [6, 7]]
+
+
+def test_middle_out_pins_the_opening() -> None:
+    """With the opening pinned, nothing up to the first user message is droppable."""
+    s = shape(CONV, keep=1, pin_opening=True)
+    assert {0, 1} <= s.pinned and [list(u) for u in s.droppable()] == [[2, 3], [6, 7]]
 
 
 def test_prefix_hash_is_stable_and_sensitive() -> None:
@@ -41,18 +54,11 @@ def test_prefix_hash_is_stable_and_sensitive() -> None:
     assert prefix_hash(a) != prefix_hash([{"role": "user", "content": "y"}])
 
 
-def test_memoised_digests_equal_fresh_ones() -> None:
-    """A context's memo changes the cost, never the result: the same fingerprint and
-    size for a content, and the same prefix hash, with or without it, and a memo that
-    saw one conversation does not leak into another built of equal-looking objects,
-    this turn or the next."""
+def test_memoised_hashes_equal_fresh_ones() -> None:
+    """A memo changes the cost, never the result, and one that saw a conversation does
+    not leak into another built of equal-looking objects, this turn or the next."""
     memo = Memo()
     tool = {"role": "tool", "tool_call_id": "c", "content": "a long tool result " * 50}
-    assert content_digest(tool["content"], memo.contents) == content_digest(tool["content"])
-    assert content_digest(tool["content"], memo.contents) == (
-        fingerprint(tool["content"]),
-        len(dumps(tool["content"])),
-    )
     conv = [*CONV, tool]
     assert prefix_hash(conv, memo) == prefix_hash(conv) == prefix_hash(conv, memo)
     other = [*CONV, {**tool, "content": "another result " * 50}]

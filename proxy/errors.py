@@ -26,6 +26,7 @@ Every route's wrapper (:func:`proxy.server.endpoint.error_response`) turns these
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -123,6 +124,14 @@ class StoreUnavailable(HandoffError):
 class TooManyConnections(HandoffError):
     status = 503
     code = "too_many_connections"
+
+
+ErrorShape = Callable[[HandoffError], dict[str, Any]]
+"""How a route answers handoff's own errors: OpenAI's shape, or its wire format's."""
+
+
+def openai_shape(err: HandoffError) -> dict[str, Any]:
+    return err.body()
 
 
 def error_body(

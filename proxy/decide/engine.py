@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import orjson
 import structlog
 
 from policies.base import CountTokens, PolicyContext, Summarize
@@ -322,7 +321,6 @@ class Engine:
     def _compressed_plan(
         self, req: ChatRequest, target: _Target, tokens: int, result: Compression, raw_tokens: int
     ) -> Plan:
-        new = req.with_messages(result.messages)
         decision = Decision(
             action="compressed",
             window=target.budget.window,
@@ -345,7 +343,7 @@ class Engine:
             policies=list(result.applied),
         )
         return Plan(
-            body=orjson.dumps(new.body),
+            body=req.rendered(result.messages, result.origins),
             decision=decision,
             forwarded=[dict(m) for m in result.messages],
             headers=headers,

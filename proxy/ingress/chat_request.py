@@ -1,16 +1,21 @@
-"""The chat request shape, kept apart from any wire format.
+"""The wire-neutral request: what every wire format parses into, and how it is written back.
 
-Chat Completions is today's only ingress; Anthropic Messages and OpenAI Responses
-will parse into the same shape. A message is a plain JSON object (``dict``) so that
+A message is a Chat Completions message, a plain JSON object (``dict``), so that
 unknown fields (``reasoning_content``, ``refusal``, provider extras) pass through
-untouched; nothing here mutates one.
+untouched; nothing here mutates one. A wire format other than Chat Completions
+parses its request into these messages and a chat-shaped ``body`` (what counting and
+the budget read: ``tools``, ``max_tokens``…), and gives the request a ``render`` that
+writes compressed messages back in its own shape, the client's items untouched where
+a message was not rewritten.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from proxy.ingress.incremental_parse import Resends
 
@@ -32,6 +37,9 @@ class ChatRequest:
     raw: bytes = field(repr=False, default=b"")
     resends: Resends | None = field(repr=False, default=None, compare=False)
     """The earlier body ``raw`` was found to repeat while parsing, and for how many bytes."""
+    render: Render | None = field(repr=False, default=None, compare=False)
+    """Writes compressed messages back in the request's wire format (None: Chat
+    Completions, ``body`` with its messages replaced)."""
 
     @property
     def stream(self) -> bool:
@@ -42,8 +50,15 @@ class ChatRequest:
         tools = self.body.get("tools") or self.body.get("functions") or ()
         return tools if isinstance(tools, list) else ()
 
-    def with_messages(self, messages: Messages) -> ChatRequest:
-        """A new request with ``messages`` replaced and every other field untouched."""
+    def rendered(self, messages: Messages, origins: Sequence[int | None]) -> bytes:
+        """The body to send with ``messages`` in place of the client's: ``origins`` names
+        the client's message each one shows (None for one handoff wrote)."""
+        if self.render is not None:
+            return self.render(self, messages, origins)
         body = dict(self.body)
         body["messages"] = list(messages)
-        return ChatRequest(model=self.model, messages=tuple(messages), body=body, raw=b"")
+        return orjson.dumps(body)
+
+
+Render = Callable[[ChatRequest, Messages, Sequence[int | None]], bytes]
+"""A wire format's writer: the request, the messages to send, and their origins."""

@@ -26,8 +26,8 @@ from proxy.decide.windows.discovery import fetch_model_windows
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
 from proxy.server.build import build_engine, open_store
-from proxy.server.chat import chat_completions
 from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
+from proxy.server.exchange import chat_completions
 from proxy.server.inspect_api import add_inspect_routes
 from proxy.server.metrics import Metrics
 from proxy.server.relay import passthrough

@@ -24,7 +24,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from proxy.errors import HandoffError, Unauthorized, error_body
+from proxy.errors import ErrorShape, HandoffError, Unauthorized, error_body, openai_shape
 from proxy.log import bind_request_id, log_request
 from proxy.server.browser_guard import BrowserGuard
 from proxy.server.request_log import REQUEST_FIELDS
@@ -33,19 +33,24 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = structlog.get_logger("handoff")
 
 
-def error_response(exc: Exception, fields: dict[str, Any]) -> web.Response | None:
-    """Our own errors → OpenAI-shaped bodies. Anything unexpected is logged with its
-    traceback and answered 500 in the same shape; the server keeps running. None:
-    not ours to answer (a redirect, a client hang-up), so the caller re-raises."""
+def error_response(
+    exc: Exception, fields: dict[str, Any], shape: ErrorShape = openai_shape
+) -> web.Response | None:
+    """Our own errors → bodies in the route's shape (OpenAI's unless the route speaks
+    another wire format). Anything unexpected is logged with its traceback and answered
+    500 in the same shape; the server keeps running. None: not ours to answer (a
+    redirect, a client hang-up), so the caller re-raises."""
     if isinstance(exc, HandoffError):
         fields["error"] = exc.code or exc.type
-        return web.json_response(exc.body(), status=exc.status)
+        return web.json_response(shape(exc), status=exc.status)
     if isinstance(exc, web.HTTPException):
         if exc.status < 400:
             return None
         allow = exc.headers.get("Allow")
+        err = HandoffError(exc.reason)
+        err.status, err.type = exc.status, "invalid_request_error"
         return web.json_response(
-            error_body(exc.reason, "invalid_request_error", None, None),
+            shape(err),
             status=exc.status,
             headers={"Allow": allow} if allow is not None else None,
         )
@@ -53,7 +58,7 @@ def error_response(exc: Exception, fields: dict[str, Any]) -> web.Response | Non
         return None
     log.exception("internal_error", exc_info=exc, **fields)
     return web.json_response(
-        error_body("handoff hit an internal error; see its log.", "server_error"), status=500
+        shape(HandoffError("handoff hit an internal error; see its log.")), status=500
     )
 
 
@@ -68,11 +73,13 @@ class Endpoints:
         self._key = access_key.encode()
         self._guard = guard or BrowserGuard()
 
-    def wrap(self, handler: Handler, *, open_to_all: bool = False) -> Handler:
-        """``handler`` with its canonical event and error answers, behind the browser
-        guard, which answers preflights itself (they carry no access key); unless
-        ``open_to_all`` (``/healthz``), refused with 401 when an access key is set and not
-        presented."""
+    def wrap(
+        self, handler: Handler, *, open_to_all: bool = False, shape: ErrorShape = openai_shape
+    ) -> Handler:
+        """``handler`` with its canonical event and error answers (in ``shape``), behind
+        the browser guard, which answers preflights itself (they carry no access key);
+        unless ``open_to_all`` (``/healthz``), refused with 401 when an access key is set
+        and not presented."""
         prefix, counter, guard = self._prefix, self._counter, self._guard
         key = b"" if open_to_all else self._key
 
@@ -97,7 +104,7 @@ class Endpoints:
                     else:
                         resp = await handler(request)
                 except Exception as e:
-                    answer = error_response(e, fields)
+                    answer = error_response(e, fields, shape)
                     if answer is None:
                         raise
                     resp = answer

@@ -14,7 +14,7 @@ import orjson
 from aiohttp import web
 
 from proxy.errors import InvalidRequest
-from proxy.server.chat import chat_completions
+from proxy.server.exchange import chat_completions
 from proxy.server.request_body import read_limited
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES

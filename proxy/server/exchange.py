@@ -1,15 +1,18 @@
-"""``POST /v1/chat/completions``: parse → route → plan → forward → relay → record.
+"""One exchange, whatever its wire format: parse → route → plan → forward → relay → record.
 
-The plan (migrate or compress) comes from the :class:`~proxy.server.services.Planner`.
-If the upstream still answers a context-length error, the request is planned again
-against the limit the error names and retried once; for streams this works
-because such an error arrives as JSON before any event.
+:func:`exchange` makes the route handler for a :class:`~proxy.server.formats.WireFormat`
+(``POST /v1/chat/completions`` is :data:`chat_completions`). The plan (migrate or
+compress) comes from the :class:`~proxy.decide.plan.Planner`. If the upstream still
+answers a context-length error, the request is planned again against the limit the
+error names and retried once; for streams this works because such an error arrives
+as JSON before any event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +21,8 @@ from aiohttp import web
 
 from proxy.decide.plan import Plan
 from proxy.errors import HandoffError, StoreUnavailable
-from proxy.ingress.chat_completions import parse_chat
 from proxy.ingress.chat_request import ChatRequest
+from proxy.server.formats import CHAT, WireFormat
 from proxy.server.request_body import read_limited
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES, Services
@@ -34,12 +37,10 @@ from proxy.upstream.forward import (
     response_headers,
     send,
 )
-from proxy.upstream.overflow import context_limit
 from proxy.upstream.routing import Upstream
-from proxy.upstream.sse import ReplyAssembler, read_answer
 
-log = structlog.get_logger("handoff.chat")
-_V1_CHAT = "/v1/chat/completions"
+log = structlog.get_logger("handoff.exchange")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(slots=True)
@@ -58,20 +59,30 @@ class _Turn:
     retried: bool = False
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
 
-    def settle(self) -> None:
+    def settle(self, fmt: WireFormat) -> None:
         """Read reply, usage and error out of a non-streamed answer."""
         if self.json_body is not None:
-            self.reply, self.finish_reason, self.usage, error = read_answer(
+            self.reply, self.finish_reason, self.usage, error = fmt.read_answer(
                 self.status, self.json_body
             )
             self.error = error or self.error
             self.json_body = None
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
+def exchange(fmt: WireFormat) -> Handler:
+    """The route handler for requests in ``fmt``."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await _serve(request, fmt)
+
+    handler.__name__ = handler.__qualname__ = f"{fmt.name}_exchange"
+    return handler
+
+
+async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
-    req = parse_chat(raw, svc.bodies)
+    req = fmt.parse(raw, svc.bodies)
     up = svc.router.route(req.model)
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)
@@ -87,7 +98,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
     try:
-        return await _exchange(request, svc, req, up, plan, turn)
+        return await _exchange(request, svc, fmt, req, up, plan, turn)
     except asyncio.CancelledError:
         turn.cancelled = True
         raise
@@ -105,11 +116,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if svc.settings.server.log_content or (
             turn.json_body is not None and svc.planner.wants_usage(plan)
         ):
-            turn.settle()  # else the store's writer parses the answer, if it is recorded
+            turn.settle(fmt)  # else the store's writer parses the answer, if it is recorded
         if turn.usage is not None:
             svc.planner.observe(req, plan, turn.usage)
-        # The metric's route: one of the two, whichever spelling passthrough sent here.
-        route = "/chat/completions" if request.path == "/chat/completions" else _V1_CHAT
+        # The metric's route: the format's, or the one other spelling of chat.
+        route = "/chat/completions" if request.path == "/chat/completions" else fmt.route
         svc.metrics.observe_chat(
             route, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
         )
@@ -124,10 +135,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _exchange(
-    request: web.Request, svc: Services, req: ChatRequest, up: Upstream, plan: Plan, turn: _Turn
+    request: web.Request,
+    svc: Services,
+    fmt: WireFormat,
+    req: ChatRequest,
+    up: Upstream,
+    plan: Plan,
+    turn: _Turn,
 ) -> web.StreamResponse:
     headers = up.request_headers(request.headers)
-    url = up.url("/chat/completions", request.rel_url.raw_query_string)
+    url = up.url(fmt.upstream_path, request.rel_url.raw_query_string)
     max_answer = svc.settings.server.max_answer_bytes
     while True:
         resp = await send(up, "POST", url, headers, plan.body, svc.timeout)
@@ -135,13 +152,13 @@ async def _exchange(
             turn.status = resp.status
             if is_sse(resp):
                 turn.streamed = True
-                return await _relay_sse(request, svc, up, resp, plan, turn)
+                return await _relay_sse(request, svc, fmt, up, resp, plan, turn)
             body, whole = await read_bounded(up, resp, max_answer)
             if not whole:  # too large to hold; an overflow error never is
                 return await _relay_large(request, up, resp, plan, body, turn, max_answer)
         finally:
             resp.close()  # drops an unfinished stream's connection: the upstream stops
-        limit = context_limit(resp.status, body)
+        limit = fmt.context_limit(resp.status, body)
         if limit is not None and not turn.retried and up.compress:
             turn.retried = True
             log.warning(
@@ -167,9 +184,15 @@ async def _exchange(
 
 
 async def _relay_sse(
-    request: web.Request, svc: Services, up: Upstream, resp: Any, plan: Plan, turn: _Turn
+    request: web.Request,
+    svc: Services,
+    fmt: WireFormat,
+    up: Upstream,
+    resp: Any,
+    plan: Plan,
+    turn: _Turn,
 ) -> web.StreamResponse:
-    assembler = ReplyAssembler()
+    assembler = fmt.assembler()
     keep_raw = svc.settings.store.keep_raw_sse
     raw_parts: list[bytes] = []
 
@@ -185,9 +208,9 @@ async def _relay_sse(
         turn.cancelled = outcome.cancelled
         turn.bytes_out = outcome.bytes_out
         turn.reply = assembler.reply()
-        turn.usage = assembler.usage
+        turn.usage = dict(assembler.usage) if assembler.usage is not None else None
         turn.finish_reason = assembler.finish_reason
-        turn.error = assembler.error
+        turn.error = dict(assembler.error) if assembler.error is not None else None
         if outcome.upstream_error:
             turn.error = _broke_off(outcome)
         if keep_raw:
@@ -268,3 +291,7 @@ def _record(
             turn.json_body,  # answer
         )
     )
+
+
+chat_completions = exchange(CHAT)
+"""``POST /v1/chat/completions`` (and ``/chat/completions``)."""

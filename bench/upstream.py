@@ -1,6 +1,6 @@
 """A canned OpenAI upstream on raw asyncio streams, so the upstream is never the bottleneck.
 
-``tests/fake_upstream.py`` validates and records every request, which is right for
+``tests/fake_upstream/`` validates and records every request, which is right for
 tests but would make the upstream, not the proxy, what a benchmark measures. This one
 reads each request whole (keep-alive, Content-Length bodies), ignores what it says
 except for ``"stream": true``, and answers at once: a fixed chat completion, or a

@@ -86,7 +86,7 @@ async def drop_more(fit: Fitting, ctx: PolicyContext, writer: BlockWriter, *, re
     mark = fit.marks.get(DROP)
     done = mark.upto if mark is not None else 0
     gone = set(fit.dropped())
-    stop = fit.shape.units[-1].start if recent else fit.shape.recent
+    stop = fit.shape.units[-1].start if recent and fit.shape.units else fit.shape.recent
     units = [
         u
         for u in fit.shape.droppable(reach_recent=True)

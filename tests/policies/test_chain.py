@@ -364,3 +364,14 @@ def test_a_retry_below_a_cut_that_dropped_everything() -> None:
     budget = count(conv[-1:]) // 2
     again = run(conv, PolicyContext(budget=budget, count=count, previous=first.cut), [Truncate()])
     assert count(again.messages) <= budget and "cut-newest-user" in again.applied
+
+
+@pytest.mark.parametrize("budget", [0, 1, 50])
+def test_nothing_to_give_up_is_context_too_large(budget: int) -> None:
+    """No messages, or only a system prompt, in a budget too small: ContextTooLarge from
+    every level and last resort, never an exception of their own."""
+    for conv in ([], [{"role": "system", "content": "rules " * 100}]):
+        if count(conv) <= budget:
+            continue
+        with pytest.raises(ContextTooLarge):
+            run(conv, PolicyContext(budget=budget, count=count), default_chain())

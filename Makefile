@@ -32,7 +32,7 @@ load: $(STAMP)
 	$(BIN)/python -m bench.load $(ARGS)
 
 demo: $(STAMP)
-	$(BIN)/handoff demo
+	$(BIN)/handoff demo $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.cli import demo, models, plan, serve, sessions
+from proxy.cli import demo, models, plan, serve, sessions, simulate
 from proxy.config import ConfigError
 from proxy.log import configure_logging
 
-COMMANDS = (serve, models, plan, sessions, demo)
+COMMANDS = (serve, models, plan, sessions, demo, simulate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,15 +29,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="TOML config file (default: $HANDOFF_CONFIG, else the user config dir)",
     )
+    parser.add_argument(
+        "--store", metavar="PATH", help="snapshot store (SQLite) for the commands that use one"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(sub)
     for command in _leaf_parsers(sub):
-        # `handoff serve --config X` as well as `handoff --config X serve`; SUPPRESS so
-        # an absent flag does not overwrite the top-level one.
+        # `handoff serve --config X` as well as `handoff --config X serve` (and --store
+        # likewise); SUPPRESS so an absent flag does not overwrite the top-level one.
         command.add_argument(
             "--config", metavar="PATH", default=argparse.SUPPRESS, help="TOML config file"
         )
+        for action in command._actions:
+            if "--store" in action.option_strings:
+                action.default = argparse.SUPPRESS
     return parser
 
 

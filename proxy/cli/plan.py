@@ -94,25 +94,35 @@ def _as_json(plan: Plan, explain: str) -> dict[str, Any]:
     }
 
 
+def _cell(value: object) -> str:
+    """A table cell: numbers with separators, nothing counted as a dash (never "None")."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def _print(plan: Plan, model: str, explain: str, show_request: bool) -> None:
-    console = Console()
+    # Text from configs and requests is printed as it is: no rich markup ([models."x"]).
+    console = Console(markup=False, highlight=False)
     d = plan.decision
     if d is None:
         console.print("no decision")
         return
-    console.print(f"[bold]{d.action}[/bold] for {model}")
+    console.print(f"{d.action} for {model}", style="bold")
     console.print(explain)
     table = Table("window", "budget", "tokens", "forwarded", "exact")
-    table.add_row(*(str(x) for x in (d.window, d.budget, d.tokens, d.forwarded_tokens, d.exact)))
+    table.add_row(*(_cell(x) for x in (d.window, d.budget, d.tokens, d.forwarded_tokens, d.exact)))
     console.print(table)
     if d.steps:
         steps = Table("policy", "removed messages", "removed tokens", "note")
         for s in d.steps:
             steps.add_row(
-                str(s.get("policy", "")),
-                str(s.get("removed_messages", "")),
-                str(s.get("removed_tokens", "")),
-                str(s.get("note", "")),
+                _cell(s.get("policy")),
+                _cell(s.get("removed_messages")),
+                _cell(s.get("removed_tokens")),
+                _cell(s.get("note")),
             )
         console.print(steps)
     if show_request:

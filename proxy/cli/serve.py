@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Any
 
 import structlog
-from aiohttp import web
 
 from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
@@ -71,18 +71,32 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
     app = create_app(settings, catch_all=catch_all)
-    where = f"http://{settings.server.host}:{settings.server.port}/v1"
+    host = settings.server.host
 
-    async def banner(_: web.Application) -> None:  # once the store has started (and is ours)
-        print(f"handoff listening on {where}; {_snapshots(settings)}", flush=True)
+    def banner(port: int) -> None:  # once the store has started (and is ours) and it listens
+        print(f"handoff listening on http://{host}:{port}/v1; {_snapshots(settings)}", flush=True)
 
-    app.on_startup.append(banner)
     try:
-        serve(app, settings.server, fd_limit)
+        serve(app, settings.server, fd_limit, banner)
     except StoreInUse as e:
         print(f"handoff: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"handoff: {_cannot_listen(settings, e)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _cannot_listen(settings: Settings, e: OSError) -> str:
+    where = f"{settings.server.host}:{settings.server.port}"
+    if e.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the port is in use (another handoff?). Stop it, or "
+            "choose another port with --port or server.port."
+        )
+    if e.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied; choose a port above 1023."
+    return f"cannot listen on {where}: {e.strerror or e}"
 
 
 def _snapshots(settings: Settings) -> str:

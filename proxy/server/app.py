@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -34,6 +35,7 @@ from proxy.server.relay import passthrough
 from proxy.server.services import SERVICES, Services, history_cache
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
+from proxy.store.errors import StoreError
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
@@ -184,7 +186,10 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
     engine = app[ENGINE]
     load = getattr(store, "load_calibration", None)
     if load is not None:
-        engine.calibration.load(await asyncio.to_thread(load))
+        try:
+            engine.calibration.load(await asyncio.to_thread(load))
+        except (StoreError, sqlite3.Error) as e:  # the store's own health says it too
+            log.warning("calibration_not_loaded", error=str(e))
     yield
     gate = app[SERVICES].gate
     if gate is not None:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import errno
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import structlog
@@ -33,18 +33,29 @@ BACKLOG = 128
 _OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
-def serve(app: web.Application, server: ServerSettings, fd_limit: int) -> None:
-    """Serve until SIGINT or SIGTERM; ``fd_limit`` is the process's open-file limit."""
-    asyncio.run(_until_signal(app, server, connection_cap(server, fd_limit)))
+def serve(
+    app: web.Application,
+    server: ServerSettings,
+    fd_limit: int,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve until SIGINT or SIGTERM; ``fd_limit`` is the process's open-file limit, and
+    ``ready`` is told the port once handoff listens on it. A port that cannot be
+    listened on raises ``OSError`` before anything is served."""
+    asyncio.run(_until_signal(app, server, connection_cap(server, fd_limit), ready))
 
 
-async def _until_signal(app: web.Application, server: ServerSettings, cap: int) -> None:
+async def _until_signal(
+    app: web.Application, server: ServerSettings, cap: int, ready: Callable[[int], None] | None
+) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C interrupts instead
             loop.add_signal_handler(sig, stop.set)
-    async with listening(app, server, max_connections=cap):
+    async with listening(app, server, max_connections=cap) as port:
+        if ready is not None:
+            ready(port)
         await stop.wait()
 
 

@@ -6,7 +6,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from proxy.store.errors import StoreMissingError
+from proxy.store.errors import StoreMissingError, StoreUnreadable
 from proxy.store.files import make_dirs, open_private
 from proxy.store.migrations import migrate
 
@@ -44,6 +44,12 @@ def connect(
         db.execute("PRAGMA synchronous = NORMAL")
         db.execute("PRAGMA temp_store = MEMORY")  # a sort's temp file cost ~100 µs a query
         migrate(db)
+    except sqlite3.DatabaseError as e:
+        db.close()
+        raise StoreUnreadable(
+            f"{path} is not a handoff store that can be read ({e}); check the path, or move "
+            "the file away to start a new store"
+        ) from None
     except BaseException:
         db.close()
         raise

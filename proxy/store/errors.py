@@ -2,6 +2,7 @@
 
 StoreError
  ├── StoreMissingError   no store file at the path given (also a FileNotFoundError)
+ ├── StoreUnreadable     the file is not an SQLite database handoff can read or migrate
  ├── SessionNotFound     no session has this id, id start or end, or client name
  ├── AmbiguousSession    the start or end matches several sessions
  ├── TurnNotFound        the session has no turn N
@@ -11,6 +12,8 @@ StoreError
 
 from __future__ import annotations
 
+import sqlite3
+
 
 class StoreError(Exception):
     """Base of the store's errors."""
@@ -18,6 +21,10 @@ class StoreError(Exception):
 
 class StoreMissingError(StoreError, FileNotFoundError):
     pass
+
+
+class StoreUnreadable(StoreError, sqlite3.DatabaseError):
+    """Also an ``sqlite3.DatabaseError``, so a writer that degrades on those does here."""
 
 
 class SessionNotFound(StoreError, LookupError):

@@ -64,7 +64,8 @@ def tighten(db: Path) -> None:
     tightened: list[str] = []
     with contextlib.suppress(OSError):
         mode = db.parent.stat().st_mode
-        if stat.S_ISDIR(mode) and mode & 0o077:
+        # A shared sticky directory (/tmp) is as meant: others can list it, not touch ours.
+        if stat.S_ISDIR(mode) and mode & 0o077 and not mode & stat.S_ISVTX:
             loose.append(f"{db.parent} {mode & 0o777:04o}")
     for p in (db, *(Path(f"{db}{s}") for s in SIDE_FILES)):
         try:

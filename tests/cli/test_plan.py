@@ -96,3 +96,18 @@ def test_plan_pinned_too_large_is_rejected(
     assert main(["--config", str(_config(tmp_path)), "plan", str(src), "--model", "tiny-4k"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("rejected (400)") and "cannot fit tiny-4k" in out
+
+
+def test_plan_prints_config_hints_as_text_and_no_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown model's hint names the config table literally ([models."…"], not eaten as
+    markup) and cells with nothing counted show a dash, never Python's None."""
+    src = tmp_path / "unknown.json"
+    src.write_text(
+        json.dumps({"model": "my-local-llama", "messages": [{"role": "user", "content": "hi"}]})
+    )
+    assert main(["plan", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert '[models."my-local-llama"] context_window' in out.replace("\n", " ")
+    assert "None" not in out and "—" in out

@@ -2,12 +2,14 @@
 which spellings an upstream may take for its chat endpoint.
 
 The path is forwarded as the client sent it, escapes and all, so it is checked in that
-form and decoded once: it may hold no ``.`` or ``..`` segment (``;`` parameters and
-padding ignored, as some servers ignore them), no ``/`` or ``\\`` in an escape, no
-backslash, no control or non-ASCII character, and no ``%`` once decoded (an escape
-inside an escape: a server that decodes twice would see what this check did not).
-A path that passes cannot climb above the base however a server decodes and
-normalises it; one that fails is refused, never repaired.
+form and decoded once: it may hold no ``.`` or ``..`` segment once decoded (``;``
+parameters and padding ignored, as some servers ignore them, and an escaped ``/``
+taken as a slash, as some servers take it), no backslash (plain or escaped), no
+control or non-ASCII character, and no ``%`` once decoded (an escape inside an
+escape: a server that decodes twice would see what this check did not). A path that
+passes cannot climb above the base however a server decodes and normalises it; one
+that fails is refused, never repaired. An escaped ``/`` alone is allowed: the openai
+SDK sends a model id such as ``meta-llama/Llama-3.1-8B`` as ``meta-llama%2FLlama-3.1-8B``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ def check_path(raw: str) -> str:
     base path. A few ``in`` tests for a plain path."""
     text = raw
     if "%" in raw:
-        low = raw.lower()
-        if "%2f" in low or "%5c" in low:
-            raise _refused("holds an encoded '/' or '\\'")
+        if "%5c" in raw.lower():
+            raise _refused("holds an encoded '\\'")
         try:
             text = unquote(raw, errors="strict")
         except UnicodeDecodeError:

@@ -164,10 +164,10 @@ CHAT_SPELLINGS = [
     "/v1/chat;x/completions",
     "/v1/%63hat/completions",
     "/v1/chat/completions%20",
-]
-REFUSED_SPELLINGS = [
     "/v1/chat%2Fcompletions",
     "/v1/chat%2fcompletions",
+]
+REFUSED_SPELLINGS = [
     "/v1/chat%252Fcompletions",
     "/v1/./chat/completions",
     "/v1/chat/./completions",
@@ -184,9 +184,10 @@ async def test_every_chat_spelling_gets_chat_handling_or_a_400(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    """Spellings that an upstream may take for its chat endpoint are handled as chat (a
-    decision header, the canonical path upstream, a turn in the store); those with
-    encoded slashes or dot segments are refused and reach nothing."""
+    """Spellings that an upstream may take for its chat endpoint (an escaped slash
+    included) are handled as chat (a decision header, the canonical path upstream, a
+    turn in the store); those with dot segments, backslashes or double escapes are
+    refused and reach nothing."""
     rec = recording_upstream
     db = tmp_path / "h.db"
     proxy = await _proxy(make_proxy, rec, monkeypatch, store={"path": str(db)})
@@ -266,3 +267,26 @@ async def test_query_string_forwarded_byte_for_byte(
         status, _, body = await _send(proxy, "POST", f"{path}?{query}", CHAT)
         assert status == 200, body[:200]
     assert [s.raw_query for s in rec.seen] == QUERIES
+
+
+async def test_a_model_id_with_a_slash_reaches_the_upstream_as_sent(
+    recording_upstream: RecordingUpstream, make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The openai SDK's models.retrieve("org/model") escapes the slash; it is forwarded as
+    sent, while an escaped slash that would make a dot segment is still refused."""
+    import openai
+
+    rec = recording_upstream
+    proxy = await _proxy(make_proxy, rec, monkeypatch)
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-test", max_retries=0)
+    try:
+        await client.models.retrieve("meta-llama/Llama-3.1-8B-Instruct")
+    except openai.APIError:
+        pass  # the recording upstream's answer is not a model object: only the path matters
+    finally:
+        await client.close()
+    assert [s.raw_path for s in rec.seen] == [
+        "/tenant-a/v1/models/meta-llama%2FLlama-3.1-8B-Instruct"
+    ]
+    status, _, body = await _send(proxy, "GET", "/v1/models/a%2F..%2F..%2Fadmin")
+    assert _is_openai_400(status, body) and len(rec.seen) == 1

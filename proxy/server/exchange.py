@@ -58,6 +58,7 @@ class _Turn:
     raw: bytes | None = None
     retried: bool = False
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
+    sent: Plan | None = None  # the plan finally sent, when a retry replaced the first
 
     def settle(self, fmt: WireFormat) -> None:
         """Read reply, usage and error out of a non-streamed answer."""
@@ -106,6 +107,8 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
         turn.status, turn.error = e.status, e.body()
         raise
     finally:
+        # Log, metrics, calibration and the record all describe the attempt actually sent.
+        plan = turn.sent or plan
         latency_ms = (time.perf_counter() - t0) * 1000
         fields.update(
             upstream_status=turn.status,
@@ -175,6 +178,7 @@ async def _exchange(
                 client_headers=request.headers,
                 client=workspace_for(request.headers),
             )
+            turn.sent = plan
             continue
         turn.json_body = body
         turn.bytes_out = len(body)

@@ -207,9 +207,11 @@ async def _relay_sse(
 
     outcome = StreamOutcome()
     try:
-        return await relay_stream(request, up, resp, plan.response_headers, tee, outcome)
+        return await relay_stream(
+            request, up, resp, plan.response_headers, tee, outcome, lambda: assembler.done
+        )
     finally:
-        turn.cancelled = outcome.cancelled
+        turn.cancelled = outcome.cancelled and not outcome.complete
         turn.bytes_out = outcome.bytes_out
         turn.reply = assembler.reply()
         turn.usage = dict(assembler.usage) if assembler.usage is not None else None

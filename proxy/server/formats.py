@@ -35,6 +35,10 @@ class Assembler(Protocol):
     @property
     def error(self) -> Mapping[str, Any] | None: ...
 
+    @property
+    def done(self) -> bool:
+        """The stream's final event (``data: [DONE]``, ``response.completed``…) was fed."""
+
     def feed(self, data: bytes) -> None: ...
 
     def reply(self) -> dict[str, Any] | None: ...

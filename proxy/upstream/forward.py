@@ -127,6 +127,14 @@ class StreamOutcome:
     bytes_out: int = 0
     cancelled: bool = False
     upstream_error: str | None = None
+    complete: bool = False
+    """The upstream's final event (or the body's last byte) was written to the client: what
+    the client does next (close at once, as the openai SDK does after ``[DONE]``) cannot
+    make the answer cancelled."""
+
+
+def _never() -> bool:
+    return False
 
 
 async def relay_stream(
@@ -136,13 +144,15 @@ async def relay_stream(
     extra_headers: Mapping[str, str],
     tee: Callable[[bytes], None],
     outcome: StreamOutcome,
+    finished: Callable[[], bool] = _never,
 ) -> web.StreamResponse:
     """Relay an SSE body chunk by chunk. A client that goes away cancels this task
-    (handler cancellation); the caller then closes the upstream response."""
+    (handler cancellation); the caller then closes the upstream response. ``finished``
+    says whether the events teed so far include the stream's final one."""
     out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
     out.headers["X-Accel-Buffering"] = "no"
     out.headers.setdefault("Cache-Control", "no-cache")
-    return await _relay(request, up, resp, out, b"", tee, outcome)
+    return await _relay(request, up, resp, out, b"", tee, outcome, finished)
 
 
 async def relay_rest(
@@ -173,6 +183,7 @@ async def _relay(
     head: bytes,
     tee: Callable[[bytes], None],
     outcome: StreamOutcome,
+    finished: Callable[[], bool] = _never,
 ) -> web.StreamResponse:
     try:
         await out.prepare(request)
@@ -183,7 +194,11 @@ async def _relay(
             tee(chunk)
             await out.write(chunk)
             outcome.bytes_out += len(chunk)
+            outcome.complete = finished()
+        outcome.complete = True
     except (ConnectionResetError, asyncio.CancelledError):
+        if outcome.complete:  # the client hung up after the final event: a whole answer
+            return _kept(out)
         outcome.cancelled = True
         raise
     except (TimeoutError, aiohttp.ClientError) as e:
@@ -204,5 +219,20 @@ async def _relay(
         except ConnectionResetError:
             outcome.cancelled = True
             raise
-    await out.write_eof()
+    try:
+        await out.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        if not outcome.complete:
+            outcome.cancelled = True
+            raise
+        return _kept(out)  # the client closed first, with everything it was sent
+    return out
+
+
+def _kept(out: web.StreamResponse) -> web.StreamResponse:
+    """``out``, answered in full, though the client closed before the handler finished: a
+    cancellation that arrives then is withdrawn, so the exchange ends as complete."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        task.uncancel()
     return out

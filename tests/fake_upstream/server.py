@@ -114,6 +114,7 @@ class FakeUpstream:
         stream_chunks: int = 4,
         tool_trigger: str = "tool",
         context_error_style: ContextErrorStyle = "openai",
+        linger_after_done: float = 0.0,
     ) -> None:
         self.models = dict(DEFAULT_MODELS if models is None else models)
         self.count_tokens = count_tokens or estimate_tokens
@@ -124,6 +125,7 @@ class FakeUpstream:
         self.stream_chunks = stream_chunks
         self.tool_trigger = tool_trigger
         self.context_error_style: ContextErrorStyle = context_error_style
+        self.linger_after_done = linger_after_done  # seconds between [DONE] and the body's end
         self.fault: Fault | None = None
         self.extra_headers: dict[str, str] = {}
         self.faults: deque[Fault] = deque()
@@ -317,6 +319,8 @@ class FakeUpstream:
                 await self._pause(request, self.chunk_delay)
             await response.write(frame)
             self.frames_sent += 1
+        if self.linger_after_done:  # as servers that flush [DONE] before ending the body
+            await asyncio.sleep(self.linger_after_done)
         await response.write_eof()
         return response
 

@@ -44,12 +44,26 @@ def _api_key(headers: Mapping[str, str]) -> str:
     return headers.get("api-key", "").strip() or auth.strip()
 
 
+SESSION_HEADERS: tuple[str, ...] = (
+    "x-handoff-session",  # handoff's own: the id its x-handoff-session answer header gave
+    "x-session-id",  # opencode
+    "x-claude-code-session-id",  # Claude Code
+    "session-id",  # Codex
+    "conversation_id",  # Codex, older builds
+)
+"""Request headers in which a client names its own conversation, first found wins. A
+wire format that learns another client's header adds it here."""
+
+
 def session_hint(
     headers: Mapping[str, str], body: Mapping[str, object], from_body: bool
 ) -> str | None:
-    explicit = headers.get("x-handoff-session", "").strip()
-    if explicit:
-        return explicit[:256]
+    """The conversation id the client sent (:data:`SESSION_HEADERS`; with ``from_body``,
+    ``metadata.session_id`` or ``user``), cut to 256 characters; None when it sent none."""
+    for name in SESSION_HEADERS:
+        explicit = headers.get(name, "").strip()
+        if explicit:
+            return explicit[:256]
     if from_body:
         meta = body.get("metadata")
         if (

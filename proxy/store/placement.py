@@ -11,6 +11,10 @@ Threading rules, in order:
 4. If T is an older turn (the client edited or regenerated an earlier message),
    the request forks: a new session with ``parent_session``/``parent_turn``. Forks
    are separate sessions so every session is a straight line of turns.
+5. Unless a session's latest turn explains the request as well (its history + reply
+   covers all of T's but the last message): then the request continues that session.
+   A rerun of a whole conversation forks once, at its first turn, and the fork goes on
+   as one session instead of one fork per turn (:func:`_head_continued`).
 
 The new turn builds on the turn that *holds* T's leading messages
 (:func:`base_turn`), so a regenerate of a regenerate points at the original and
@@ -149,9 +153,14 @@ def _head(db: sqlite3.Connection, sid: str, known: Known | None) -> tuple[int, s
 def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known | None) -> str | None:
     sid = known.hints.get((workspace, hint)) if known is not None else None
     if sid is None:
-        row = db.execute(
-            "SELECT id FROM sessions WHERE workspace = ? AND hint = ?", (workspace, hint)
-        ).fetchone()
+        row = (
+            db.execute(
+                "SELECT id FROM sessions WHERE workspace = ? AND hint = ?", (workspace, hint)
+            ).fetchone()
+            or db.execute(  # the full id handoff's x-handoff-session header gave
+                "SELECT id FROM sessions WHERE workspace = ? AND id = ?", (workspace, hint)
+            ).fetchone()
+        )
         sid = None if row is None else str(row[0])
         if sid is not None and known is not None:
             known.hints[(workspace, hint)] = sid
@@ -180,7 +189,30 @@ def place_turn(
     regenerate = match.via_history and match.length == len(hashes) and match.has_reply
     if match.is_head and not regenerate:
         return Place(match.session_id, match.seq + 1, match, match.model)
+    head = _head_continued(db, turn.workspace, hashes, match.length)
+    if head is not None:
+        return Place(head.session_id, head.seq + 1, head, head.model)
     return Place(new_session_id(), 1, match, match.model, True)
+
+
+_HEADS_ONLY = "AND id IN (SELECT head_turn FROM sessions WHERE workspace = ?)"
+
+
+def _head_continued(
+    db: sqlite3.Connection, workspace: str, hashes: Sequence[bytes], fork_at: int
+) -> Match | None:
+    """A session's latest turn whose history (+ reply) is a strict prefix of ``hashes`` at
+    least ``fork_at - 1`` long: the fork the request goes on with. Asked only when the
+    request would fork, so rarely; one query, against session heads only."""
+    lengths = [n for n in (fork_at, fork_at - 1) if 0 < n < len(hashes)]
+    if not lengths:
+        return None
+    values: list[Any] = []
+    for n in lengths:
+        values += (hashes[n - 1], n)
+    sql = _BEST_SQL.format(values=",".join(["(?, ?)"] * len(lengths)), where=_HEADS_ONLY)
+    row = db.execute(sql, (*values, workspace, workspace, workspace, workspace)).fetchone()
+    return None if row is None else Match(*row[:3], *map(bool, row[3:6]), *row[6:])
 
 
 def base_turn(db: sqlite3.Connection, m: Match, known: Known | None) -> int:

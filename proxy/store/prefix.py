@@ -75,6 +75,9 @@ class Hashed:
     raw: dict[int, bytes] = field(default_factory=dict)
     sizes: list[int] = field(default_factory=lambda: [0])
     reused: int = 0
+    loose: set[int] = field(default_factory=set)
+    """Indexes of messages that thread by another digest than they are stored by
+    (:func:`thread_digest`): a reply resent with extra empty fields."""
 
     def pop(self) -> _Figures:
         """Take the last message's figures off."""
@@ -100,8 +103,25 @@ class Hashed:
         if not is_plain(message):
             self.raw[i] = body if cleaned is message else canonical(message)
         self.digests.append(d)
-        self.hashes.append(extend_chain(self.hashes[-1] if self.hashes else b"", d))
+        td = thread_digest(cleaned, d)
+        if td is not d:
+            self.loose.add(i)
+        self.hashes.append(extend_chain(self.hashes[-1] if self.hashes else b"", td))
         self.sizes.append(self.sizes[-1] + len(body))
+
+
+def thread_digest(message: Any, d: bytes) -> bytes:
+    """The digest a message threads by: ``d``, or, for a message with empty fields
+    (``refusal: null``, ``annotations: []``, as the openai SDK re-serialises a reply),
+    the digest of it without them, so a reply resent that way still extends its turn.
+    Messages without empty fields keep their digest: stores written before thread on."""
+    if type(message) is not dict or not any(
+        v is None or v == [] or v == {} for v in message.values()
+    ):
+        return d
+    return digest(
+        canonical({k: v for k, v in message.items() if not (v is None or v == [] or v == {})})
+    )
 
 
 class _Figures(NamedTuple):

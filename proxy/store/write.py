@@ -24,6 +24,7 @@ from proxy.store.messages import message_text, put_message, squeeze
 from proxy.store.placement import Place, base_turn, find_match, place_turn
 from proxy.store.prefix import Clean, Hashed, PrefixCache, hash_all
 from proxy.store.redact import masked_id, masked_name, redact_json
+from proxy.store.titles import title_of
 from proxy.store.turn_row import EMPTY_HISTORY, Parts, insert_turn, store_parts
 
 __all__ = [
@@ -61,6 +62,9 @@ def write_turn(
         else hash_all(messages, clean)
     )
     place = place_turn(db, turn, hashed.hashes, into, known)
+    if place.match and not place.match.via_history and place.match.length - 1 in hashed.loose:
+        # The reply came back re-serialised: build on the turn's history, keep the resent form.
+        place.match = dataclasses.replace(place.match, length=place.match.length - 1)
     base = base_turn(db, place.match, known) if place.match else None
     parts = store_parts(db, turn, hashed, clean, place.base_len, known)
     tid = insert_turn(db, turn, place, base, parts, clean, redact)
@@ -91,16 +95,17 @@ def _masked_names(turn: TurnRecord) -> TurnRecord:
 def _title(
     messages: Sequence[Mapping[str, Any]], digests: list[bytes], clean: Clean, known: Known | None
 ) -> str:
-    """The first user message, squeezed: remembered by its digest, as a regenerate or an
-    edit starts a session with the same first message again."""
+    """The first thing the person wrote (:mod:`proxy.store.titles`), remembered by the first
+    user message's digest, as a regenerate or an edit starts a session with it again."""
     for i, m in enumerate(messages):
         if m.get("role") == "user":
             title = known.titles.get(digests[i]) if known is not None else None
             if title is None:
-                title = squeeze(message_text(clean(m)))
+                title = title_of(clean(m))
                 if known is not None:
                     known.titles[digests[i]] = title
-            return title
+            if title:
+                return title
     return ""
 
 

@@ -71,7 +71,9 @@ async def test_retried_turn_is_recorded_as_sent(
                 metrics = await m.text()
     assert len(fake.chat_requests) == 2  # refused, then the re-fit
     sent = fake.chat_requests[-1].json()["messages"]
-    (line,) = [e for e in logs if e.get("event") == "request" and e.get("path", "").endswith("completions")]
+    (line,) = [
+        e for e in logs if e.get("event") == "request" and e.get("path", "").endswith("completions")
+    ]
     assert line["decision"] == "compressed"
     assert 'decision="compressed"' in metrics and 'decision="passthrough"' not in metrics
     # Calibration paired the retry's own count with the retry's usage: the upstream counts as

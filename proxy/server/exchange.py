@@ -59,6 +59,7 @@ class _Turn:
     retried: bool = False
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
     sent: Plan | None = None  # the plan finally sent, when a retry replaced the first
+    session_id: str | None = None  # announced in x-handoff-session (see session_ids)
 
     def settle(self, fmt: WireFormat) -> None:
         """Read reply, usage and error out of a non-streamed answer."""
@@ -98,6 +99,10 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     workspace = workspace_for(request.headers)
     plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
+    if svc.store is not None:
+        hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+        turn.session_id = svc.sessions.announce(workspace, hint, req.messages)
+        _announce(plan, turn.session_id)
     try:
         return await _exchange(request, svc, fmt, req, up, plan, turn)
     except asyncio.CancelledError:
@@ -179,6 +184,8 @@ async def _exchange(
                 client=workspace_for(request.headers),
             )
             turn.sent = plan
+            if turn.session_id is not None:
+                _announce(plan, turn.session_id)
             continue
         turn.json_body = body
         turn.bytes_out = len(body)
@@ -242,6 +249,11 @@ async def _relay_large(
         turn.error = _broke_off(outcome) if outcome.upstream_error else _not_kept(turn, limit)
 
 
+def _announce(plan: Plan, session_id: str) -> None:
+    """Name the session in the response's headers."""
+    plan.headers = {**plan.response_headers, "x-handoff-session": session_id}
+
+
 def _broke_off(outcome: StreamOutcome) -> dict[str, Any]:
     return {"error": {"message": outcome.upstream_error, "type": "upstream_error"}}
 
@@ -270,6 +282,8 @@ def _record(
     if svc.store is None:
         return
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    if turn.session_id is not None:
+        svc.sessions.answered(turn.session_id, workspace_for(request.headers), req.messages)
     # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
     # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
     svc.store.record(
@@ -295,6 +309,7 @@ def _record(
             req.raw,  # raw_request
             req.resends,  # resends
             turn.json_body,  # answer
+            session_id=turn.session_id,
         )
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -11,6 +11,7 @@ from proxy.config import Settings
 from proxy.decide.plan import Planner
 from proxy.ingress.incremental_parse import WORTH_REUSING, ResentBodies
 from proxy.server.metrics import Metrics
+from proxy.server.session_ids import SessionIds
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
 from proxy.upstream.routing import Router
@@ -28,6 +29,8 @@ class Services:
     bodies: ResentBodies
     """Recent large bodies, so a resent history is not parsed again (see ``resent``),
     within ``server.history_cache_bytes``: :func:`history_cache`."""
+    sessions: SessionIds = field(default_factory=SessionIds)
+    """Which session each request is announced as (``x-handoff-session``)."""
 
 
 def history_cache(settings: Settings) -> ResentBodies:

@@ -70,6 +70,10 @@ class TurnRecord:
     """``(earlier, n)``: ``messages`` starts with ``earlier``'s first ``n`` messages, the
     very objects (the writer's decode builds it so). A cache holding ``earlier`` then
     knows that prefix without comparing it."""
+    session_id: str | None = None
+    """The session the proxy announced (``x-handoff-session``, see
+    ``proxy.server.session_ids``): a new session takes this id; a turn threaded into
+    another session records it as that session's alias."""
 
 
 def settled(turn: TurnRecord) -> TurnRecord:

@@ -36,6 +36,9 @@ Tables (see ``m001_initial``):
 ``writer_progress``
     How many turns the current writer process (``writer``: an id its proxy gave it) has
     committed, counted in the same transactions (see ``progress``).
+``session_aliases``
+    ``alias`` → ``session_id``: an id the proxy announced in ``x-handoff-session`` for a
+    turn the writer threaded into a session it knew by another id.
 ``_migrations``
     The names of the migrations applied, in order.
 """
@@ -166,6 +169,14 @@ def m006_writer_progress(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE writer_progress (writer TEXT PRIMARY KEY, turns INTEGER NOT NULL)")
 
 
+def m007_session_aliases(db: sqlite3.Connection) -> None:
+    """Ids the proxy announced for a session the writer knew by another id."""
+    db.execute(
+        "CREATE TABLE session_aliases (alias TEXT PRIMARY KEY, session_id TEXT NOT NULL)"
+        " WITHOUT ROWID"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     m001_initial,
     m002_fts,
@@ -173,6 +184,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     m004_index_state,
     m005_collapse_bases,
     m006_writer_progress,
+    m007_session_aliases,
 )
 
 

@@ -167,6 +167,14 @@ def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known | No
     return sid
 
 
+def _fresh_id(db: sqlite3.Connection, turn: TurnRecord) -> str:
+    """The id for a new session: the one the proxy announced, unless a session has it."""
+    sid = turn.session_id
+    if sid and db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
+        return sid
+    return new_session_id()
+
+
 def place_turn(
     db: sqlite3.Connection,
     turn: TurnRecord,
@@ -179,20 +187,20 @@ def place_turn(
     if sid is None and turn.session_hint:
         sid = _hinted(db, turn.workspace, turn.session_hint, known)
         if sid is None:
-            return Place(new_session_id(), 1, None, None, True, turn.session_hint)
+            return Place(_fresh_id(db, turn), 1, None, None, True, turn.session_hint)
     if sid is not None:  # an import, or a session the client named
         seq, model = _head(db, sid, known)
         return Place(sid, seq + 1, find_match(db, turn.workspace, hashes, sid, known), model)
     match = find_match(db, turn.workspace, hashes, known=known)
     if match is None:
-        return Place(new_session_id(), 1, None, None, True)
+        return Place(_fresh_id(db, turn), 1, None, None, True)
     regenerate = match.via_history and match.length == len(hashes) and match.has_reply
     if match.is_head and not regenerate:
         return Place(match.session_id, match.seq + 1, match, match.model)
     head = _head_continued(db, turn.workspace, hashes, match.length)
     if head is not None:
         return Place(head.session_id, head.seq + 1, head, head.model)
-    return Place(new_session_id(), 1, match, match.model, True)
+    return Place(_fresh_id(db, turn), 1, match, match.model, True)
 
 
 _HEADS_ONLY = "AND id IN (SELECT head_turn FROM sessions WHERE workspace = ?)"

@@ -155,9 +155,16 @@ class SqliteReader:
             raise AmbiguousSession(f"{ref!r} matches several sessions ({ids}); give more of the id")
         if rows:
             return str(rows[0][0])
-        named = db.execute(
-            f"SELECT id FROM sessions WHERE hint = ?{self._scope}", (ref, *self._scope_args)
-        ).fetchall()
+        named = (
+            db.execute(
+                f"SELECT id FROM sessions WHERE hint = ?{self._scope}", (ref, *self._scope_args)
+            ).fetchall()
+            or db.execute(  # an id the x-handoff-session header gave
+                "SELECT id FROM sessions WHERE id IN (SELECT session_id FROM session_aliases"
+                f" WHERE alias = ?){self._scope}",
+                (ref, *self._scope_args),
+            ).fetchall()
+        )
         if len(named) == 1:
             return str(named[0][0])
         if named:

@@ -70,6 +70,11 @@ def write_turn(
     tid = insert_turn(db, turn, place, base, parts, clean, redact)
     title = _title(messages, hashed.digests, clean, known) if place.new_session else ""
     _link_session(db, turn, place, tid, title)
+    if turn.session_id and turn.session_id != place.session_id:
+        db.execute(
+            "INSERT OR IGNORE INTO session_aliases VALUES (?, ?)",
+            (turn.session_id, place.session_id),
+        )
     _list_messages(db, place, base, hashed, parts, known)
     if known is not None:
         _remember(known, turn, place, tid, base, parts)

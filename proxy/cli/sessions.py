@@ -228,6 +228,10 @@ def _show_turn(t: dict[str, Any], as_json: bool) -> int:
             console.print(f"  [{i}] {_brief(m)}")
     reply = t["reply"]
     console.print("\nreply: " + (_brief(reply, 2000) if reply else "(none)"))
+    for c in (t.get("choices") or [])[1:]:  # n > 1: choice 0 is the reply above
+        message = c.get("message")
+        shown = _brief(message, 2000) if isinstance(message, dict) else "(none)"
+        console.print(_shown(f"choice {c.get('index')}: {shown}"))
     if t["error"]:
         console.print("error: " + dumps_text(t["error"]))
     return 0

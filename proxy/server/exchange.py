@@ -38,6 +38,7 @@ from proxy.upstream.forward import (
     send,
 )
 from proxy.upstream.routing import Upstream
+from proxy.upstream.sse import choices_of
 
 log = structlog.get_logger("handoff.exchange")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -60,6 +61,7 @@ class _Turn:
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
     sent: Plan | None = None  # the plan finally sent, when a retry replaced the first
     session_id: str | None = None  # announced in x-handoff-session (see session_ids)
+    choices: list[dict[str, Any]] | None = None  # every choice, when n > 1
 
     def settle(self, fmt: WireFormat) -> None:
         """Read reply, usage and error out of a non-streamed answer."""
@@ -68,6 +70,7 @@ class _Turn:
                 self.status, self.json_body
             )
             self.error = error or self.error
+            self.choices = choices_of(self.json_body) if self.status < 400 else None
             self.json_body = None
 
 
@@ -223,6 +226,7 @@ async def _relay_sse(
         turn.reply = assembler.reply()
         turn.usage = dict(assembler.usage) if assembler.usage is not None else None
         turn.finish_reason = assembler.finish_reason
+        turn.choices = assembler.choices()
         turn.error = dict(assembler.error) if assembler.error is not None else None
         if outcome.upstream_error:
             turn.error = _broke_off(outcome)
@@ -310,6 +314,7 @@ def _record(
             req.resends,  # resends
             turn.json_body,  # answer
             session_id=turn.session_id,
+            choices=turn.choices,
         )
     )
 

@@ -43,6 +43,9 @@ class Assembler(Protocol):
 
     def reply(self) -> dict[str, Any] | None: ...
 
+    def choices(self) -> list[dict[str, Any]] | None:
+        """Every choice (index, message, finish_reason) when there were several."""
+
 
 @dataclass(frozen=True, slots=True)
 class WireFormat:

@@ -36,6 +36,7 @@ Tables (see ``m001_initial``):
 ``writer_progress``
     How many turns the current writer process (``writer``: an id its proxy gave it) has
     committed, counted in the same transactions (see ``progress``).
+``turns.choices`` (m008) holds every choice of an ``n`` > 1 request as JSON.
 ``session_aliases``
     ``alias`` → ``session_id``: an id the proxy announced in ``x-handoff-session`` for a
     turn the writer threaded into a session it knew by another id.
@@ -177,6 +178,11 @@ def m007_session_aliases(db: sqlite3.Connection) -> None:
     )
 
 
+def m008_turn_choices(db: sqlite3.Connection) -> None:
+    """Every choice of an ``n`` > 1 request, as JSON (NULL for one choice)."""
+    db.execute("ALTER TABLE turns ADD COLUMN choices TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     m001_initial,
     m002_fts,
@@ -185,6 +191,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     m005_collapse_bases,
     m006_writer_progress,
     m007_session_aliases,
+    m008_turn_choices,
 )
 
 

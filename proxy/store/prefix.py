@@ -75,9 +75,6 @@ class Hashed:
     raw: dict[int, bytes] = field(default_factory=dict)
     sizes: list[int] = field(default_factory=lambda: [0])
     reused: int = 0
-    loose: set[int] = field(default_factory=set)
-    """Indexes of messages that thread by another digest than they are stored by
-    (:func:`thread_digest`): a reply resent with extra empty fields."""
 
     def pop(self) -> _Figures:
         """Take the last message's figures off."""
@@ -104,24 +101,29 @@ class Hashed:
             self.raw[i] = body if cleaned is message else canonical(message)
         self.digests.append(d)
         td = thread_digest(cleaned, d)
-        if td is not d:
-            self.loose.add(i)
         self.hashes.append(extend_chain(self.hashes[-1] if self.hashes else b"", td))
         self.sizes.append(self.sizes[-1] + len(body))
 
 
+_SDK_EMPTY = frozenset({"refusal", "annotations", "audio", "function_call", "tool_calls"})
+"""Fields an SDK writes into an assistant message it re-serialises, empty when unused."""
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value == [] or value == {}
+
+
 def thread_digest(message: Any, d: bytes) -> bytes:
-    """The digest a message threads by: ``d``, or, for a message with empty fields
-    (``refusal: null``, ``annotations: []``, as the openai SDK re-serialises a reply),
-    the digest of it without them, so a reply resent that way still extends its turn.
-    Messages without empty fields keep their digest: stores written before thread on."""
-    if type(message) is not dict or not any(
-        v is None or v == [] or v == {} for v in message.values()
-    ):
+    """The digest a message threads by: ``d``, or, for an assistant message with empty SDK
+    fields (``refusal: null``, ``annotations: []``, as the openai SDK re-serialises a
+    reply), the digest of it without them, so a reply resent that way still extends its
+    turn. Other messages keep their digest, as stores written before have it."""
+    if type(message) is not dict or message.get("role") != "assistant":
         return d
-    return digest(
-        canonical({k: v for k, v in message.items() if not (v is None or v == [] or v == {})})
-    )
+    if not any(k in _SDK_EMPTY and _is_empty(v) for k, v in message.items()):
+        return d
+    kept = {k: v for k, v in message.items() if not (k in _SDK_EMPTY and _is_empty(v))}
+    return digest(canonical(kept))
 
 
 class _Figures(NamedTuple):

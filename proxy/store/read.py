@@ -246,7 +246,8 @@ class SqliteReader:
         row = db.execute(
             "SELECT id, seq, started_at, model, upstream, status, latency_ms, streamed, cancelled,"
             " n_messages, decision, forwarded, usage, finish_reason, error, handoff_from,"
-            " reply_msg, params_msg, raw_response FROM turns WHERE session_id = ? AND seq = ?",
+            " reply_msg, params_msg, raw_response, choices FROM turns"
+            " WHERE session_id = ? AND seq = ?",
             (sid, n),
         ).fetchone()
         if row is None:
@@ -267,6 +268,7 @@ class SqliteReader:
         out["reply"] = orjson.loads(bodies[row[16]]) if row[16] is not None else None
         out["request_params"] = orjson.loads(bodies[row[17]]) if row[17] is not None else {}
         out["raw_response"] = None if row[18] is None else bytes(row[18]).decode("utf-8", "replace")
+        out["choices"] = _loads(row[19])  # every choice of an n > 1 request; reply is choice 0
         return out
 
     def diff(self, ref: str, n: int) -> dict[str, Any]:

@@ -62,9 +62,13 @@ def write_turn(
         else hash_all(messages, clean)
     )
     place = place_turn(db, turn, hashed.hashes, into, known)
-    if place.match and not place.match.via_history and place.match.length - 1 in hashed.loose:
-        # The reply came back re-serialised: build on the turn's history, keep the resent form.
-        place.match = dataclasses.replace(place.match, length=place.match.length - 1)
+    m = place.match
+    if m is not None and not m.via_history and m.length > 0:
+        at = m.length - 1
+        if _resent_otherwise(db, m.turn_id, hashed.digests[at]):
+            # The reply came back re-serialised: build on the turn's history and keep the
+            # message as the client resent it.
+            place.match = dataclasses.replace(m, length=at)
     base = base_turn(db, place.match, known) if place.match else None
     parts = store_parts(db, turn, hashed, clean, place.base_len, known)
     tid = insert_turn(db, turn, place, base, parts, clean, redact)
@@ -81,6 +85,17 @@ def write_turn(
     if cache is not None and messages:
         cache.remember(place.session_id, turn.workspace, messages, hashed, turn.reply, clean)
     return tid
+
+
+def _resent_otherwise(db: sqlite3.Connection, turn_id: int, d: bytes) -> bool:
+    """Whether turn ``turn_id``'s reply is stored by another digest than ``d``, the message
+    the client resent for it (threading by :func:`~proxy.store.prefix.thread_digest`
+    let the two differ in empty SDK fields)."""
+    row = db.execute(
+        "SELECT m.hash FROM turns t JOIN messages m ON m.id = t.reply_msg WHERE t.id = ?",
+        (turn_id,),
+    ).fetchone()
+    return row is not None and bytes(row[0]) != d
 
 
 def _identity(obj: Any) -> Any:

@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--search", metavar="TEXT", help="full-text search over message content")
     p.add_argument("--workspace", help="only this workspace")
     p.add_argument("--limit", type=parse_count, default=100)
+    p.add_argument(
+        "--errors", action="store_true", help="only sessions with a turn that ended in an error"
+    )
     p = sub.add_parser("show", parents=[common], help="a session's timeline, or one turn")
     p.add_argument("id")
     p.add_argument("--turn", type=parse_count, metavar="N", help="show turn N in full")
@@ -114,6 +117,7 @@ def _list(args: argparse.Namespace, path: Path) -> int:
         search=args.search,
         workspace=args.workspace,
         limit=args.limit,
+        errors=args.errors,
     )
     if args.json:
         _print_json(rows)

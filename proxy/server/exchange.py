@@ -78,17 +78,35 @@ def exchange(fmt: WireFormat) -> Handler:
     """The route handler for requests in ``fmt``."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        return await _serve(request, fmt)
+        seen = _Seen()
+        try:
+            return await _serve(request, fmt, seen)
+        except HandoffError as e:
+            if not seen.recorded:
+                record_rejection(request, request.app[SERVICES], seen, e)
+            raise
 
     handler.__name__ = handler.__qualname__ = f"{fmt.name}_exchange"
     return handler
 
 
-async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
+@dataclass(slots=True)
+class _Seen:
+    """What is known of a request before its exchange starts, for recording a refusal."""
+
+    size: int | None = None
+    req: ChatRequest | None = None
+    upstream: str = ""
+    recorded: bool = False  # the exchange started: it records itself
+
+
+async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
-    req = fmt.parse(raw, svc.bodies)
+    seen.size = len(raw)
+    req = seen.req = fmt.parse(raw, svc.bodies)
     up = svc.router.route(req.model)
+    seen.upstream = up.name
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)
     if svc.store is not None and svc.settings.store.required and not svc.store.health().ok:
@@ -102,6 +120,7 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     workspace = workspace_for(request.headers)
     plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
+    seen.recorded = True
     if svc.store is not None:
         hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
         turn.session_id = svc.sessions.announce(workspace, hint, req.messages)
@@ -315,6 +334,42 @@ def _record(
             turn.json_body,  # answer
             session_id=turn.session_id,
             choices=turn.choices,
+        )
+    )
+
+
+def record_rejection(request: web.Request, svc: Services, seen: _Seen, error: HandoffError) -> None:
+    """Record a request handoff refused itself (bad JSON, unfittable, unknown model…): its
+    status and error body, and its messages when they parsed. Never the body otherwise (it
+    may hold anything); at most ``svc.rejections`` per workspace per minute."""
+    if svc.store is None:
+        return
+    workspace = workspace_for(request.headers)
+    skipped = svc.rejections.admit(workspace)
+    if skipped is None:
+        return
+    req = seen.req
+    body = dict(error.body())
+    if skipped:
+        body["handoff_left_out"] = skipped  # refusals not recorded since the last one
+    if seen.size is not None and req is None:
+        body["request_bytes"] = seen.size
+    hint = (
+        None
+        if req is None
+        else session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    )
+    svc.store.record(
+        TurnRecord(
+            workspace,
+            time.time(),
+            req.model if req is not None else "",
+            seen.upstream,
+            req.messages if req is not None else [],
+            status=error.status,
+            session_hint=hint,
+            error=body,
+            request_params=request_params(req.body) if req is not None else {},
         )
     )
 

@@ -11,6 +11,7 @@ from proxy.config import Settings
 from proxy.decide.plan import Planner
 from proxy.ingress.incremental_parse import WORTH_REUSING, ResentBodies
 from proxy.server.metrics import Metrics
+from proxy.server.rejections import RejectionBudget
 from proxy.server.session_ids import SessionIds
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
@@ -31,6 +32,8 @@ class Services:
     within ``server.history_cache_bytes``: :func:`history_cache`."""
     sessions: SessionIds = field(default_factory=SessionIds)
     """Which session each request is announced as (``x-handoff-session``)."""
+    rejections: RejectionBudget = field(default_factory=RejectionBudget)
+    """How many of handoff's own refusals each workspace may record."""
 
 
 def history_cache(settings: Settings) -> ResentBodies:

@@ -156,6 +156,7 @@ class StoreReader(Protocol):
         search: str | None = None,
         workspace: str | None = None,
         limit: int = 100,
+        errors: bool = False,
     ) -> list[dict[str, Any]]: ...
 
     def session(self, ref: str) -> dict[str, Any]: ...

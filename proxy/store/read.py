@@ -179,10 +179,14 @@ class SqliteReader:
         search: str | None = None,
         workspace: str | None = None,
         limit: int = 100,
+        errors: bool = False,
     ) -> list[dict[str, Any]]:
-        """Sessions, latest first, filtered by model used, last activity and message text."""
+        """Sessions, latest first, filtered by model used, last activity and message text;
+        with ``errors``, only those with a turn that ended in an error (status ≥ 400)."""
         where: list[str] = ["s.head_turn IS NOT NULL" + self._scope]
         args: list[Any] = [*self._scope_args]
+        if errors:
+            where.append("s.id IN (SELECT session_id FROM turns WHERE status >= 400)")
         if model:
             where.append("s.id IN (SELECT session_id FROM turns WHERE model = ?)")
             args.append(model)

@@ -36,7 +36,8 @@ Tables (see ``m001_initial``):
 ``writer_progress``
     How many turns the current writer process (``writer``: an id its proxy gave it) has
     committed, counted in the same transactions (see ``progress``).
-``turns.choices`` (m008) holds every choice of an ``n`` > 1 request as JSON.
+``turns.choices`` (m008) holds every choice of an ``n`` > 1 request as JSON;
+``turns.side_call`` (m009) marks a client's side call (title, compaction) in its session.
 ``session_aliases``
     ``alias`` → ``session_id``: an id the proxy announced in ``x-handoff-session`` for a
     turn the writer threaded into a session it knew by another id.
@@ -183,6 +184,11 @@ def m008_turn_choices(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE turns ADD COLUMN choices TEXT")
 
 
+def m009_side_calls(db: sqlite3.Connection) -> None:
+    """A turn a client made for its own ends (a title, a compaction) in a named session."""
+    db.execute("ALTER TABLE turns ADD COLUMN side_call INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     m001_initial,
     m002_fts,
@@ -192,6 +198,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     m006_writer_progress,
     m007_session_aliases,
     m008_turn_choices,
+    m009_side_calls,
 )
 
 

@@ -126,6 +126,9 @@ class Place:
     prev_model: str | None
     new_session: bool = False
     hint: str | None = None
+    side_call: bool = False
+    """A request the client made in a session it named that shares nothing with it and
+    carries no tools: its title or compaction call, attached to the session it serves."""
 
     @property
     def base_len(self) -> int:
@@ -190,7 +193,9 @@ def place_turn(
             return Place(_fresh_id(db, turn), 1, None, None, True, turn.session_hint)
     if sid is not None:  # an import, or a session the client named
         seq, model = _head(db, sid, known)
-        return Place(sid, seq + 1, find_match(db, turn.workspace, hashes, sid, known), model)
+        match = find_match(db, turn.workspace, hashes, sid, known)
+        side = into is None and seq > 0 and match is None and not turn.request_params.get("tools")
+        return Place(sid, seq + 1, match, model, side_call=side)
     match = find_match(db, turn.workspace, hashes, known=known)
     if match is None:
         return Place(_fresh_id(db, turn), 1, None, None, True)

@@ -221,6 +221,15 @@ class SqliteReader:
                 (sid,),
             ).fetchall()
         info["timeline"] = [_timeline_row(r) for r in rows]
+        with self._db() as db:
+            side = {
+                r[0]
+                for r in db.execute(
+                    "SELECT seq FROM turns WHERE session_id = ? AND side_call = 1", (sid,)
+                )
+            }
+        for t in info["timeline"]:
+            t["side_call"] = t["turn"] in side  # a client's title or compaction call
         return info
 
     def turn(self, ref: str, n: int) -> dict[str, Any]:

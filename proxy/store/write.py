@@ -74,6 +74,8 @@ def write_turn(
     tid = insert_turn(db, turn, place, base, parts, clean, redact)
     title = _title(messages, hashed.digests, clean, known) if place.new_session else ""
     _link_session(db, turn, place, tid, title)
+    if place.side_call:
+        db.execute("UPDATE turns SET side_call = 1 WHERE id = ?", (tid,))
     if turn.session_id and turn.session_id != place.session_id:
         db.execute(
             "INSERT OR IGNORE INTO session_aliases VALUES (?, ?)",

@@ -91,3 +91,38 @@ async def test_title_skips_client_injected_text(
     await client.close()
     await until(lambda: len(sessions(db)) == 1)
     assert sessions(db)[0]["title"] == "Fix the flaky login test please"
+
+
+async def test_side_call_is_attached_and_marked(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """opencode's title call (its own small system prompt, no tools, same x-session-id) lands
+    in the session it serves, marked as a side call; the conversation goes on there."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake_upstream.url, store={"path": str(db)})
+    client = openai.AsyncOpenAI(
+        base_url=proxy.url,
+        api_key="sk-oc",
+        max_retries=0,
+        default_headers={"x-session-id": "ses_opencode1"},
+    )
+    tools: Any = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
+    history: Any = [
+        {"role": "system", "content": "You are opencode."},
+        {"role": "user", "content": "refactor the parser"},
+    ]
+    first = await client.chat.completions.create(model="gpt-4o", messages=history, tools=tools)
+    title_call: Any = [
+        {"role": "system", "content": "Generate a short title."},
+        {"role": "user", "content": "refactor the parser"},
+    ]
+    await client.chat.completions.create(model="gpt-4o", messages=title_call)
+    history += [first.choices[0].message.model_dump(exclude_none=True)]
+    history += [{"role": "user", "content": "go on"}]
+    await client.chat.completions.create(model="gpt-4o", messages=history, tools=tools)
+    await client.close()
+    await until(lambda: sum(s["turns"] for s in sessions(db)) == 3)
+    (session,) = sessions(db)
+    timeline = SqliteReader(db).session(session["id"])["timeline"]
+    assert [t["side_call"] for t in timeline] == [False, True, False]
+    assert session["title"] == "refactor the parser"

@@ -10,13 +10,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from structlog.testing import capture_logs
 
 from proxy.cli.main import main as cli_main
 from proxy.decide.tokens import TokenCounter
 from proxy.server.app import ENGINE
 from proxy.store.read import SqliteReader
 from tests.conftest import MakeProxy
+from tests.server.request_lines import wait_lines
 
 
 async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -46,7 +46,7 @@ async def test_retried_turn_is_recorded_as_sent(
     fake_upstream_factory: Any,
     make_proxy: MakeProxy,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """The configured window (32k) is wrong, the upstream's (8k) refuses: one record, compressed
     against 8192, with the cut shown by ``sessions diff``; log, metrics and calibration agree."""
@@ -61,19 +61,16 @@ async def test_retried_turn_is_recorded_as_sent(
         models={"llama3.1:8b": {"context_window": 32768, "max_output_tokens": 512}},
     )
     history = _long_history(8)  # ~12k tokens: fits the configured 32k, not the real 8k
-    with capture_logs() as logs:
-        async with aiohttp.ClientSession() as s:
-            body = {"model": "llama3.1:8b", "messages": history}
-            async with s.post(proxy.url + "/chat/completions", json=body) as r:
-                assert r.status == 200, await r.text()
-                assert r.headers["x-handoff-decision"] == "compressed"
-            async with s.get(proxy.root + "/metrics") as m:
-                metrics = await m.text()
+    async with aiohttp.ClientSession() as s:
+        body = {"model": "llama3.1:8b", "messages": history}
+        async with s.post(proxy.url + "/chat/completions", json=body) as r:
+            assert r.status == 200, await r.text()
+            assert r.headers["x-handoff-decision"] == "compressed"
+        async with s.get(proxy.root + "/metrics") as m:
+            metrics = await m.text()
     assert len(fake.chat_requests) == 2  # refused, then the re-fit
     sent = fake.chat_requests[-1].json()["messages"]
-    (line,) = [
-        e for e in logs if e.get("event") == "request" and e.get("path", "").endswith("completions")
-    ]
+    (line,), _ = await wait_lines(capfd, 1)
     assert line["decision"] == "compressed"
     assert 'decision="compressed"' in metrics and 'decision="passthrough"' not in metrics
     # Calibration paired the retry's own count with the retry's usage: the upstream counts as
@@ -89,7 +86,7 @@ async def test_retried_turn_is_recorded_as_sent(
     assert turn["decision"]["window"] == 8192
     assert turn["forwarded"] == sent
     assert cli_main(["sessions", "diff", session["id"], "--turn", "1", "--store", str(db)]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "sent unchanged" not in out
     assert "\n- [1] user: Question 0" in out  # the cut, line by line
     assert turn["history"] == history and len(sent) < len(history)

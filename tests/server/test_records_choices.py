@@ -45,7 +45,7 @@ async def test_every_choice_is_stored_and_shown(
         reply = await client.chat.completions.create(model="gpt-4o", messages=messages, n=2)  # type: ignore[arg-type]
         got = {c.index: c.message.content or "" for c in reply.choices}
     await client.close()
-    assert sorted(got) == [0, 1]
+    assert sorted(got) == [0, 1] and got[0] != got[1]
     await until(lambda: sum(s["turns"] for s in sessions(db)) == 1)
     (session,) = sessions(db)
     turn = SqliteReader(db).turn(session["id"], 1)
@@ -54,4 +54,11 @@ async def test_every_choice_is_stored_and_shown(
     assert turn["reply"]["content"] == got[0]  # the history goes on with choice 0
     assert cli_main(["sessions", "show", session["id"], "--turn", "1", "--store", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "choice 1:" in out
+    assert "choice 1:" in out and "(take 2)" in out
+    # Exports go on with choice 0, the history's reply.
+    assert (
+        cli_main(["sessions", "export", session["id"], "--format", "openai", "--store", str(db)])
+        == 0
+    )
+    exported = capsys.readouterr().out
+    assert got[0] in exported and "(take 2)" not in exported

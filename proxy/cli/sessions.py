@@ -181,6 +181,8 @@ def _show(args: argparse.Namespace, path: Path) -> int:
     for t in info["timeline"]:
         status = "cancelled" if t["cancelled"] else _n(t["status"])
         handoff = f"⇄ {t['handoff']['from']} → {t['handoff']['to']}" if t["handoff"] else ""
+        if t.get("side_call"):  # a client's title or compaction call, not the conversation
+            handoff = ("side call " + handoff).strip()
         cells = (
             t["turn"],
             _when(t["started_at"]),

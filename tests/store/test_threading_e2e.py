@@ -9,6 +9,7 @@ from typing import Any
 import openai
 import pytest
 
+from proxy.cli.main import main as cli_main
 from proxy.server.workspace import SESSION_HEADERS
 from proxy.store.read import SqliteReader
 from tests.conftest import MakeProxy
@@ -94,7 +95,10 @@ async def test_title_skips_client_injected_text(
 
 
 async def test_side_call_is_attached_and_marked(
-    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream: FakeUpstream,
+    make_proxy: MakeProxy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """opencode's title call (its own small system prompt, no tools, same x-session-id) lands
     in the session it serves, marked as a side call; the conversation goes on there."""
@@ -126,3 +130,5 @@ async def test_side_call_is_attached_and_marked(
     timeline = SqliteReader(db).session(session["id"])["timeline"]
     assert [t["side_call"] for t in timeline] == [False, True, False]
     assert session["title"] == "refactor the parser"
+    assert cli_main(["sessions", "show", session["id"], "--store", str(db)]) == 0
+    assert capsys.readouterr().out.count("side call") == 1

@@ -36,8 +36,8 @@ Tables (see ``m001_initial``):
 ``writer_progress``
     How many turns the current writer process (``writer``: an id its proxy gave it) has
     committed, counted in the same transactions (see ``progress``).
-``turns.choices`` (m008) holds every choice of an ``n`` > 1 request as JSON;
-``turns.side_call`` (m009) marks a client's side call (title, compaction) in its session.
+``turns.choices`` (m010) holds every choice of an ``n`` > 1 request as JSON;
+``turns.side_call`` (m011) marks a client's side call (title, compaction) in its session.
 ``session_aliases``
     ``alias`` → ``session_id``: an id the proxy announced in ``x-handoff-session`` for a
     turn the writer threaded into a session it knew by another id.
@@ -171,7 +171,7 @@ def m006_writer_progress(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE writer_progress (writer TEXT PRIMARY KEY, turns INTEGER NOT NULL)")
 
 
-def m007_session_aliases(db: sqlite3.Connection) -> None:
+def m009_session_aliases(db: sqlite3.Connection) -> None:
     """Ids the proxy announced for a session the writer knew by another id."""
     db.execute(
         "CREATE TABLE session_aliases (alias TEXT PRIMARY KEY, session_id TEXT NOT NULL)"
@@ -179,12 +179,12 @@ def m007_session_aliases(db: sqlite3.Connection) -> None:
     )
 
 
-def m008_turn_choices(db: sqlite3.Connection) -> None:
+def m010_turn_choices(db: sqlite3.Connection) -> None:
     """Every choice of an ``n`` > 1 request, as JSON (NULL for one choice)."""
     db.execute("ALTER TABLE turns ADD COLUMN choices TEXT")
 
 
-def m009_side_calls(db: sqlite3.Connection) -> None:
+def m011_side_calls(db: sqlite3.Connection) -> None:
     """A turn a client made for its own ends (a title, a compaction) in a named session."""
     db.execute("ALTER TABLE turns ADD COLUMN side_call INTEGER NOT NULL DEFAULT 0")
 
@@ -196,9 +196,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     m004_index_state,
     m005_collapse_bases,
     m006_writer_progress,
-    m007_session_aliases,
-    m008_turn_choices,
-    m009_side_calls,
+    m009_session_aliases,
+    m010_turn_choices,
+    m011_side_calls,
 )
 
 

@@ -1,10 +1,11 @@
 """The snapshot store's interface: what the proxy records, and what readers ask.
 
-The proxy only ever calls :meth:`Store.record` (non-blocking; batched and written
-off the event loop by the implementation), :meth:`Store.health` and
-:meth:`Store.lag_s`. The CLI, the ``/handoff/v1`` inspection API and tomorrow's
-web inspector and MCP server read through the query methods. SQLite is the
-embedded default; a shared PostgreSQL store for teams implements the same protocol.
+The proxy talks to a store only through :class:`Store` (record, health, lag, the
+token-count calibration, a reader, start and close); the CLI, the ``/handoff/v1``
+inspection API and tomorrow's web inspector and MCP server read through
+:class:`StoreReader`. SQLite is the embedded default, and how it keeps up (a writer
+process, caches) is its own business; a shared PostgreSQL store for teams implements
+these two protocols and nothing more.
 """
 
 from __future__ import annotations
@@ -113,6 +114,17 @@ class Store(Protocol):
     def lag_s(self) -> float:
         """Seconds the oldest turn not yet on disk has waited, 0.0 when none waits.
         Lock-free and cheap: asked before every chat request (``store_gate``)."""
+
+    def save_calibration(self, data: Mapping[str, Any]) -> None:
+        """Queue the token-count calibration for writing (non-blocking, as :meth:`record`)."""
+
+    def load_calibration(self) -> dict[str, Any]:
+        """The calibration saved last (blocking: called off the event loop, at start)."""
+        ...
+
+    def reader(self) -> StoreReader:
+        """Read-only queries over what this store has written (``/handoff/v1``)."""
+        ...
 
     async def start(self) -> None: ...
 

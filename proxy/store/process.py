@@ -40,6 +40,7 @@ from proxy.store.base import StoreHealth, TurnRecord, age_s
 from proxy.store.calibration import load_calibration
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
+from proxy.store.read import SqliteReader
 from proxy.store.shipped import ShippedBodies
 from proxy.store.wire import TURN, Job, encode_calibration, encode_turn, frames
 from proxy.store.writer_process import HEAD
@@ -221,6 +222,9 @@ class ProcessStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self.path)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

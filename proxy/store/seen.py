@@ -24,7 +24,9 @@ _LOAD = """SELECT history_hash FROM turns
 class SeenHashes:
     """The chain hashes of stored turns (a superset), loaded lazily from the database."""
 
-    def __init__(self, bits_log2: int = 25) -> None:
+    def __init__(self, bits_log2: int = 25, *, enabled: bool = True) -> None:
+        """``enabled=False``: never loads, so it rules nothing out (a forgetful writer's)."""
+        self._enabled = enabled
         self._mask = (1 << bits_log2) - 1
         self._bits_log2 = bits_log2
         self._bits: bytearray | None = None
@@ -39,7 +41,7 @@ class SeenHashes:
 
     def load(self, db: sqlite3.Connection) -> None:
         """Add every stored turn's history and extended-history hash (once after a reset)."""
-        if self._bits is not None:
+        if self._bits is not None or not self._enabled:
             return
         self._bits = bytearray(1 << (self._bits_log2 - 3))
         for (h,) in db.execute(_LOAD):

@@ -48,6 +48,7 @@ from proxy.store.lock import WriterLock, claim
 from proxy.store.pacing import Pacer, release_gil
 from proxy.store.prefix import PrefixCache
 from proxy.store.progress import advance, begin
+from proxy.store.read import SqliteReader
 from proxy.store.write import write_turn
 
 log = structlog.get_logger("handoff.store")
@@ -246,6 +247,9 @@ class SqliteStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self.path)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:

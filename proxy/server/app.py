@@ -146,14 +146,11 @@ def _gate(settings: Settings, store: Store | None) -> StoreGate | None:
 
 
 async def _freeze_startup_objects(app: web.Application) -> AsyncIterator[None]:
-    """Move the objects start-up built (modules, settings, tables: ~60k) to the garbage
-    collector's permanent generation: they live as long as the server, and every
-    full collection under load would otherwise walk them all (~60 ms each, a few
-    times a second). And collect the young generation less often: at 700 allocations
-    it ran every request or two and walked every in-flight request's objects, which
-    then aged into older generations to be walked again; at concurrency 64 a 20,000
-    threshold cut CPU per request by ~8% (reference counting still frees everything
-    that is not a cycle at once). Both undone at shutdown."""
+    """Move the objects start-up built (modules, settings, tables) to the garbage
+    collector's permanent generation: they live as long as the server, and every full
+    collection under load would otherwise walk them all. And collect the young
+    generation less often, so it does not walk every in-flight request's objects every
+    request or two (figures in bench/NOTES.md). Both undone at shutdown."""
     thresholds = raise_gc_threshold()
     gc.freeze()
     yield

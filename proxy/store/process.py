@@ -104,7 +104,7 @@ class ProcessStore:
             *(["--redact"] if redact else []),
             *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),
         ]  # fmt: skip
-        self._lock = threading.RLock()  # (taken bare by _put: 1,100 instructions, not 2,800)
+        self._lock = threading.RLock()  # (taken bare by _put: cheaper than the condition)
         self._cond = threading.Condition(self._lock)
         self._queue: collections.deque[Job] = collections.deque(maxlen=max_queue)
         self._since: collections.deque[float] = collections.deque(maxlen=max_queue)
@@ -465,9 +465,8 @@ def _held(job: Job) -> int:
 def _channel(sock: socket.socket) -> IO[bytes]:
     """A file over our end of the socket pair that owns (and closes) the socket.
 
-    A socket, not a pipe: moving a 500 KB turn through a pipe cost the reading writer
-    ~0.4 ms of kernel time on this machine, through a Unix socket ~0.09 ms (and the
-    writing proxy about the same either way). The child reads it as its stdin, and
-    sees end of input when we close it or die, as with a pipe.
+    A socket, not a pipe: a large turn costs the reading writer a fraction of the
+    kernel time through a Unix socket (bench/NOTES.md). The child reads it as its
+    stdin, and sees end of input when we close it or die, as with a pipe.
     """
     return os.fdopen(sock.detach(), "wb")  # write(2) works on a socket

@@ -62,8 +62,8 @@ class _Calibration:
 _Job = TurnRecord | _Calibration
 
 _YIELD_S = 0.0005
-"""Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs ~12 µs of
-CPU (the timer slack) and every SQLite statement releases the GIL: yield by the clock."""
+"""Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs CPU (the
+timer slack) and every SQLite statement releases the GIL: yield by the clock."""
 
 
 @dataclass(slots=True)
@@ -185,7 +185,7 @@ class SqliteStore:
 
     def backlog(self) -> int:
         """Turns queued or being written: ``health().queue_depth`` without the lock and
-        the report (the writer process asks at every pause, ~5% of its CPU that way)."""
+        the report (the writer process asks at every pause)."""
         s = self._state
         return len(s.queue) + s.busy
 

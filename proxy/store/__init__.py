@@ -22,8 +22,8 @@ Speed (each has a slow path it must equal, proved by property tests)
     ``pacing`` (giving the GIL way), ``checkpoint`` (WAL checkpoints off the commit path).
 Readers
     ``read`` (:class:`~proxy.store.read.SqliteReader`, for the CLI and ``/handoff/v1``),
-    ``history`` (a turn's messages from its incremental encoding), ``durations``,
-    ``jsonout``.
+    ``history`` (a turn's messages from its incremental encoding), ``short_ids`` (the
+    shortest unique start of an id, for tables), ``durations``, ``jsonout``.
 Export and import
     ``export`` with ``portable`` (the portable JSON format) and ``markdown``; ``admin``
     (imports and prunes the CLI writes directly).

@@ -144,14 +144,14 @@ class SqliteReader:
         esc = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = db.execute(
             "SELECT id FROM sessions WHERE (id LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"
-            f"{self._scope} LIMIT 5",
+            f"{self._scope} LIMIT 6",
             (esc + "%", "%" + esc, *self._scope_args),
         ).fetchall()
         exact = [r[0] for r in rows if r[0] == ref]
         if exact:
             return str(exact[0])
         if len(rows) > 1:
-            ids = ", ".join(r[0] for r in rows)
+            ids = ", ".join(r[0] for r in rows[:5]) + (", …" if len(rows) > 5 else "")
             raise AmbiguousSession(f"{ref!r} matches several sessions ({ids}); give more of the id")
         if rows:
             return str(rows[0][0])
@@ -163,6 +163,12 @@ class SqliteReader:
         if named:
             raise AmbiguousSession(f"{ref!r} names sessions in several workspaces; use the id")
         raise SessionNotFound(f"no session {ref!r}")
+
+    def session_ids(self) -> list[str]:
+        """Every session's id (in scope), for :func:`proxy.store.short_ids.short_ids`."""
+        with self._db() as db:
+            rows = db.execute(f"SELECT id FROM sessions WHERE 1{self._scope}", self._scope_args)
+            return [str(r[0]) for r in rows]
 
     def list_sessions(
         self,

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from proxy.cli import message_view
+from proxy.cli.progress import Progress
 from proxy.cli.session_table import session_table
 from proxy.config import load_settings
 from proxy.store import admin
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--turn", type=parse_count, metavar="N", help="export up to turn N")
     p.add_argument("--format", choices=FORMATS, default="portable")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("--progress", action="store_true", help="report turns read on stderr")
     p = sub.add_parser("import", parents=[common], help="load a portable export")
     p.add_argument("file")
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
@@ -242,7 +244,11 @@ def _diff(args: argparse.Namespace, path: Path) -> int:
 
 
 def _export(args: argparse.Namespace, path: Path) -> int:
-    out = export(SqliteReader(path), args.id, args.format, args.turn)
+    progress = Progress("export", "turns", forced=args.progress)
+    try:
+        out = export(SqliteReader(path), args.id, args.format, args.turn, progress=progress)
+    finally:
+        progress.close()
     text = out if isinstance(out, str) else dumps_text(out, indent=True)
     if args.output:
         Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"))

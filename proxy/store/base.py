@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -161,8 +161,11 @@ class StoreReader(Protocol):
     def turn(self, ref: str, n: int) -> dict[str, Any]: ...
 
     def turns(
-        self, ref: str, upto: int | None = None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]: ...
+        self, ref: str, upto: int | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The session and its turns in full (up to ``upto``); ``progress(done, total)``
+        after each turn read."""
+        ...
 
     def diff(self, ref: str, n: int) -> dict[str, Any]: ...
 

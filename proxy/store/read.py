@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -225,9 +225,10 @@ class SqliteReader:
             return self._turn(db, sid, n, {})
 
     def turns(
-        self, ref: str, upto: int | None = None
+        self, ref: str, upto: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The session summary and its turns in full (up to turn ``upto``), for export."""
+        """The session summary and its turns in full (up to turn ``upto``), for export;
+        ``progress(done, total)`` after each turn read."""
         with self._db() as db:
             sid = self._resolve(db, ref)
             info = _session_row(
@@ -239,7 +240,12 @@ class SqliteReader:
             if upto is not None and not 1 <= upto <= info["turns"]:
                 raise TurnNotFound(f"session {sid} has turns 1..{info['turns']}, not {upto}")
             memo: Memo = {}
-            return info, [self._turn(db, sid, n, memo) for n in range(1, count + 1)]
+            turns = []
+            for n in range(1, count + 1):
+                turns.append(self._turn(db, sid, n, memo))
+                if progress is not None:
+                    progress(n, count)
+            return info, turns
 
     def _turn(self, db: sqlite3.Connection, sid: str, n: int, memo: Memo) -> dict[str, Any]:
         row = db.execute(

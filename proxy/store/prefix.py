@@ -285,28 +285,6 @@ class PrefixCache:
         return len(self._entries)
 
 
-class NoPrefix:
-    """A :class:`PrefixCache` that remembers nothing: every message is serialised."""
-
-    def hash(
-        self,
-        workspace: str,
-        messages: Sequence[Any],
-        clean: Clean,
-        extends: tuple[Sequence[Any], int] | None = None,
-    ) -> Hashed:
-        return hash_all(messages, clean)
-
-    def remember(
-        self,
-        key: str,
-        workspace: str,
-        messages: Sequence[Any],
-        hashed: Hashed,
-        reply: Any | None,
-        clean: Clean,
-    ) -> None:
-        pass
-
-
-NO_PREFIX = NoPrefix()
+def forgetful() -> PrefixCache:
+    """A cache that keeps nothing, so every message is serialised (the slow path)."""
+    return PrefixCache(max_sessions=0, max_bytes=0)

@@ -17,12 +17,13 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.store import prefix
 from proxy.store.base import TurnRecord
 from proxy.store.history import extended_ids
 from proxy.store.known import Known, Match
 from proxy.store.messages import message_text, put_message, squeeze
 from proxy.store.placement import Place, base_turn, find_match, place_turn
-from proxy.store.prefix import NO_PREFIX, Clean, Hashed, PrefixCache
+from proxy.store.prefix import Clean, Hashed, PrefixCache
 from proxy.store.redact import masked_id, masked_name, redact_json
 from proxy.store.turn_row import EMPTY_HISTORY, Parts, insert_turn, store_parts
 
@@ -52,7 +53,7 @@ def write_turn(
     ``known`` spares the queries whose answers the writer remembers. Without them
     every message is serialised and every answer asked of the database.
     """
-    prefixes = NO_PREFIX if cache is None else cache
+    prefixes = prefix.forgetful() if cache is None else cache
     known = Known.forgetful() if known is None else known
     clean: Clean = redact_json if redact else _identity
     if redact:

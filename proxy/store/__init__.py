@@ -15,7 +15,8 @@ SQLite writer
     edits of the history), ``indexer`` (full-text indexing and packing, in batches),
     ``calibration``, ``redact``; ``db``, ``migrations`` (the schema below), ``lock`` (one
     writer per file), ``files`` (private permissions), ``ids``, ``retention``.
-Speed (each has a slow path it must equal, proved by property tests)
+Speed (none changes what is stored: property tests hold the writer with ``prefix`` and
+``known`` to the rows of the plain path, and the shipped bodies to the bodies sent)
     ``process``, ``writer_process``, ``wire``, ``shipped`` and ``progress`` (the writer in a
     process of its own, fed the request bodies as received); ``prefix`` (digests of recent
     histories), ``known`` and ``seen`` (answers the writer remembers instead of querying),

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.console import Console
 from rich.table import Table
 
+from proxy.cli import sessions_import
 from proxy.config import load_settings
 from proxy.store import admin
 from proxy.store.durations import parse_count, parse_duration, parse_since
@@ -53,8 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--turn", type=parse_count, metavar="N", help="export up to turn N")
     p.add_argument("--format", choices=FORMATS, default="portable")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    p = sub.add_parser("import", parents=[common], help="load a portable export")
-    p.add_argument("file")
+    sessions_import.register(sub, common)
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
     p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
 
@@ -260,21 +259,6 @@ def _export(args: argparse.Namespace, path: Path) -> int:
     return 0
 
 
-def _import(args: argparse.Namespace, path: Path) -> int:
-    try:
-        doc = orjson.loads(Path(args.file).read_bytes())
-    except OSError as e:
-        raise InvalidDocument(args.file, f"cannot read: {e.strerror}") from None
-    except orjson.JSONDecodeError as e:
-        raise InvalidDocument(args.file, f"not valid JSON: {e}") from None
-    sid = admin.import_document(path, doc)
-    if args.json:
-        _print_json({"imported": sid})
-    else:
-        print(f"imported {sid}")
-    return 0
-
-
 def _prune(args: argparse.Namespace, path: Path) -> int:
     count = admin.prune(path, args.older_than)
     if args.json:
@@ -289,6 +273,6 @@ _COMMANDS = {
     "show": _show,
     "diff": _diff,
     "export": _export,
-    "import": _import,
+    "import": sessions_import.run,
     "prune": _prune,
 }

@@ -53,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--turn", type=parse_count, metavar="N", help="export up to turn N")
     p.add_argument("--format", choices=FORMATS, default="portable")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("--sent", action="store_true", help="what the turn sent, not the history")
     sessions_import.register(sub, common)
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
     p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
@@ -249,7 +250,7 @@ def _diff(args: argparse.Namespace, path: Path) -> int:
 
 
 def _export(args: argparse.Namespace, path: Path) -> int:
-    out = export(SqliteReader(path), args.id, args.format, args.turn)
+    out = export(SqliteReader(path), args.id, args.format, args.turn, sent=args.sent)
     text = out if isinstance(out, str) else dumps_text(out, indent=True)
     if args.output:
         Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"))

@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from proxy.store.read import SqliteReader
-from tests.cli.test_sessions import _sid, cli, store  # noqa: F401  (store: a fixture)
+from tests.cli import test_sessions
+from tests.cli.test_sessions import _sid, cli
 from tests.store import importer_fixtures as fx
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """test_sessions' seeded store: a handoff at turn 3, a compressed turn 4."""
+    return Path(test_sessions.store.__wrapped__(tmp_path))  # type: ignore[attr-defined]
 
 
 def _out(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

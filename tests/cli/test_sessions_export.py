@@ -3,6 +3,7 @@ Markdown that shows each compression."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def test_anthropic_body(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert body["system"] == "<permissions>sandboxed</permissions>"
     assert body["max_tokens"] == 4096
     roles = [m["role"] for m in body["messages"]]
-    assert all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    assert all(a != b for a, b in itertools.pairwise(roles))
     first = body["messages"][0]["content"]
     assert first[1] == {
         "type": "image",

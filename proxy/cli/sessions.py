@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from proxy.cli import sessions_import
+from proxy.cli import sessions_import, sessions_resume
 from proxy.config import load_settings
 from proxy.store import admin
 from proxy.store.durations import parse_count, parse_duration, parse_since
@@ -55,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--sent", action="store_true", help="what the turn sent, not the history")
     sessions_import.register(sub, common)
+    sessions_resume.register(sub, common)
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
     p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
 
@@ -275,5 +276,6 @@ _COMMANDS = {
     "diff": _diff,
     "export": _export,
     "import": sessions_import.run,
+    "resume": sessions_resume.run,
     "prune": _prune,
 }

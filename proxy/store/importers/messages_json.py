@@ -62,7 +62,8 @@ def _read(path: Path, kind: str) -> Reading:
         messages = to_openai(messages, body.get("system"))
     digest = hashlib.sha256(dumps_text(body).encode()).hexdigest()[:32]
     conv = Conversation(kind, digest)
-    model = body.get("model") if isinstance(body.get("model"), str) else None
+    named = body.get("model")
+    model = named if isinstance(named, str) else None
     for m in messages:
         conv.add(dict(m), None, model if m.get("role") == "assistant" else None)
     reading.conversations.append(conv)

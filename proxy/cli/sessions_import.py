@@ -80,9 +80,13 @@ def _read(path: Path, kinds: tuple[str, ...], forced: bool) -> Reading:
         what = kinds[0] if len(kinds) == 1 else "a format handoff imports"
         return Reading(problems=[Problem(str(path), f"skipped: not {what}")])
     try:
-        return importer.read(path)
+        reading = importer.read(path)
     except OSError as e:
         return Reading(problems=[Problem(str(path), f"cannot read: {e.strerror}")])
+    if not (reading.conversations or reading.documents or reading.problems):
+        why = f"skipped: no {importer.kind} conversation in it (a sub-agent's only, or empty)"
+        reading.problems.append(Problem(str(path), why))
+    return reading
 
 
 def _progress(i: int, n: int) -> None:

@@ -87,13 +87,15 @@ def test_folder_walk_reports_problems(tmp_path: Path, capsys: pytest.CaptureFixt
     rollout = fx.codex_rollout(root, bad_line=True)
     fx.claude_transcript(root)
     (root / "notes.json").write_text('{"hello": 1}')
+    fx.claude_compacted(root / "c")
     store = tmp_path / "s.db"
     assert cli("sessions", "import", str(root), "--store", str(store)) == 0
     out = capsys.readouterr()
-    assert out.out.count("imported ") == 2
+    assert out.out.count("imported ") == 3
     assert f"{rollout}:5: not valid JSON" in out.err
     assert "notes.json: skipped: not a format handoff imports" in out.err
-    assert "2 imported, 0 already in the store, 2 problem(s)" in out.err
+    assert "agent-1234.jsonl: skipped: no claude-code conversation in it" in out.err
+    assert "3 imported, 0 already in the store, 3 problem(s)" in out.err
 
 
 def test_nothing_importable_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

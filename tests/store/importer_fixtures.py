@@ -508,3 +508,54 @@ def anthropic_json(root: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(body))
     return path
+
+
+def claude_compacted(root: Path) -> Path:
+    """A transcript continued after /compact: a compact_boundary whose parentUuid is
+    null links on through logicalParentUuid; and a sub-agent's file of sidechain only."""
+    base = {"isSidechain": False, "sessionId": "sess-2", "cwd": "/p"}
+    lines = [
+        {
+            **base,
+            "type": "user",
+            "uuid": "a",
+            "parentUuid": None,
+            "message": {"role": "user", "content": "first"},
+            "timestamp": "2025-06-01T00:00:00Z",
+        },
+        {
+            **base,
+            "type": "assistant",
+            "uuid": "b",
+            "parentUuid": "a",
+            "message": {
+                "id": "m1",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": "one"}],
+            },
+            "timestamp": "2025-06-01T00:00:01Z",
+        },
+        {
+            **base,
+            "type": "system",
+            "subtype": "compact_boundary",
+            "uuid": "c",
+            "parentUuid": None,
+            "logicalParentUuid": "b",
+            "content": "Conversation compacted",
+            "timestamp": "2025-06-01T00:00:02Z",
+        },
+        {
+            **base,
+            "type": "user",
+            "uuid": "d",
+            "parentUuid": "c",
+            "message": {"role": "user", "content": "second"},
+            "timestamp": "2025-06-01T00:00:03Z",
+        },
+    ]
+    _jsonl(root / "agent-1234.jsonl", [
+        {**base, "isSidechain": True, "type": "user", "uuid": "z", "parentUuid": None,
+         "message": {"role": "user", "content": "sub-task"}}])  # fmt: skip
+    return _jsonl(root / "sess-2.jsonl", lines)

@@ -111,3 +111,13 @@ def test_unknown_file_is_not_detected(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
     path.write_text('{"hello": 1}')
     assert registry.detect(path) is None
+
+
+def test_claude_code_across_a_compaction(tmp_path: Path) -> None:
+    """A compact_boundary links the chain on through logicalParentUuid (noted); a
+    sub-agent's transcript of sidechain records only holds no conversation."""
+    conv = _one(fx.claude_compacted(tmp_path), "claude-code")
+    assert [m["content"] for m in conv.messages] == ["first", "one", "second"]
+    assert conv.notes == ["Claude Code compacted the history here"]
+    sub = registry.IMPORTERS["claude-code"].read(tmp_path / "agent-1234.jsonl")
+    assert not sub.conversations and not sub.problems

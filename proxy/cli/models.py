@@ -46,7 +46,11 @@ def run(args: argparse.Namespace, calibration: Calibration | None = None) -> int
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
     if args.name is None:
         return _list(registry, args.json)
-    store = _store_path(settings, getattr(args, "store", None))
+    given = getattr(args, "store", None)
+    store = _store_path(settings, given)
+    if given and store is None:
+        print(f"error: no store at {given} (give the proxy's store file)", file=sys.stderr)
+        return 1
     if calibration is None:
         calibration = _stored_calibration(store)
     report = describe(args.name, registry, settings, TokenCounter(0), calibration)

@@ -19,6 +19,9 @@ from proxy.store.jsonout import dumps_text
 from proxy.store.messages import message_text, squeeze
 from proxy.store.read import SqliteReader
 
+SHOWN = 12
+"""The dropped messages named one by one on stderr; the rest are counted."""
+
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
@@ -78,8 +81,10 @@ def _say(model: str, decision: Any, history: list[Any], sent: list[Any]) -> None
             f"  {step['policy']}: {step['removed_messages']} messages, "
             f"{step['removed_tokens']} tokens" + (f" ({step['note']})" if step["note"] else "")
         )
-    for i in gone:
+    for i in gone[:SHOWN]:
         m = history[i]
         err(f"  - [{i}] {m.get('role', '?')}: {squeeze(message_text(m), 100)}")
+    if len(gone) > SHOWN:
+        err(f"  - … and {len(gone) - SHOWN} more (handoff sessions diff shows a recorded turn)")
     for m in new:
         err(f"  + {m.get('role', '?')}: {squeeze(message_text(m), 100)}")

@@ -129,3 +129,11 @@ def test_store_gives_calibration_and_learned_limits(
     assert run(["models", "llama3-8b", "--json", "--store", str(store)], config) == 0
     learned = json.loads(capsys.readouterr().out)["learned"]
     assert learned["overflows"][0]["limit"] == 8192
+
+
+def test_missing_store_is_an_error(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--store naming no file says so and exits 1."""
+    assert run(["models", "gpt-4o", "--store", str(tmp_path / "no.db")], config) == 1
+    assert "error: no store at" in capsys.readouterr().err

@@ -74,7 +74,8 @@ def test_anthropic_body(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     roles = [m["role"] for m in body["messages"]]
     assert all(a != b for a, b in itertools.pairwise(roles))
     first = body["messages"][0]["content"]
-    assert first[1] == {
+    assert first[0]["text"].startswith("<environment_context>")  # two user turns, merged
+    assert first[2] == {
         "type": "image",
         "source": {"type": "base64", "media_type": "image/png", "data": fx.PNG},
     }
@@ -96,11 +97,11 @@ def test_ollama_body(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     body = json.loads(_out(capsys, "sessions", "export", sid, "--format", "ollama",
                            "--store", str(store)))  # fmt: skip
     assert body["stream"] is False and body["model"] == "gpt-5-codex"
-    user = body["messages"][1]
+    user = body["messages"][2]
     assert user["images"] == [fx.PNG] and user["content"].startswith("why does the build")
-    call = body["messages"][2]
+    call = body["messages"][3]
     assert call["tool_calls"] == [
         {"function": {"name": "shell", "arguments": {"command": ["cat", "Makefile"]}}}
     ]
     assert call["thinking"] == "Look at the Makefile first."
-    assert body["messages"][3]["tool_name"] == "shell"
+    assert body["messages"][4]["tool_name"] == "shell"

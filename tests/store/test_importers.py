@@ -28,8 +28,10 @@ def test_codex_rollout(tmp_path: Path) -> None:
     conv = _one(fx.codex_rollout(tmp_path), "codex")
     assert conv.key == f"codex:{fx.CODEX_ID}"
     roles = [m["role"] for m in conv.messages]
-    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant",
+    assert conv.title == "why does the build fail? see screenshot"  # not the injected block
+    assert roles == ["system", "user", "user", "assistant", "tool", "assistant", "tool", "assistant",
                      "user", "assistant", "tool", "assistant"]  # fmt: skip
+    del conv.messages[1], conv.models[1]
     assert conv.messages[1]["content"][1]["image_url"]["url"].startswith("data:image/png")
     call = conv.messages[2]
     assert call["reasoning_content"] == "Look at the Makefile first."
@@ -45,7 +47,7 @@ def test_codex_malformed_line_is_named(tmp_path: Path) -> None:
     path = fx.codex_rollout(tmp_path, bad_line=True)
     reading = registry.IMPORTERS["codex"].read(path)
     assert [p.where for p in reading.problems] == [f"{path}:5"]
-    assert len(reading.conversations[0].messages) == 11
+    assert len(reading.conversations[0].messages) == 12
 
 
 def test_claude_code_transcript(tmp_path: Path) -> None:
@@ -117,7 +119,8 @@ def test_claude_code_across_a_compaction(tmp_path: Path) -> None:
     """A compact_boundary links the chain on through logicalParentUuid (noted); a
     sub-agent's transcript of sidechain records only holds no conversation."""
     conv = _one(fx.claude_compacted(tmp_path), "claude-code")
-    assert [m["content"] for m in conv.messages] == ["first", "one", "second"]
+    assert [m["content"] for m in conv.messages][1:] == ["first", "one", "second"]
+    assert conv.title == "first"  # not the isMeta caveat
     assert conv.notes == ["Claude Code compacted the history here"]
     sub = registry.IMPORTERS["claude-code"].read(tmp_path / "agent-1234.jsonl")
     assert not sub.conversations and not sub.problems

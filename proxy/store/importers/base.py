@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from proxy.store.messages import message_text, squeeze
+
 
 @dataclass(slots=True)
 class Conversation:
@@ -116,3 +118,20 @@ def text_message(role: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     if len(parts) == 1 and parts[0].get("type") == "text":
         return {"role": role, "content": parts[0]["text"]}
     return {"role": role, "content": parts}
+
+
+def injected(text: str) -> bool:
+    """Whether a user message is a block a client wrote in (``<environment_context>…``,
+    ``<user_instructions>…``, ``<command-name>…``), not what the person asked."""
+    text = text.strip()
+    return text.startswith("<") and text.endswith(">")
+
+
+def first_asked(conv: Conversation, skip: set[int] | None = None) -> str:
+    """The first user message the person wrote (skipping ``skip`` and injected blocks)."""
+    for i, m in enumerate(conv.messages):
+        if m.get("role") == "user" and i not in (skip or set()):
+            text = message_text(m)
+            if text.strip() and not injected(text):
+                return squeeze(text)
+    return ""

@@ -19,6 +19,7 @@ from proxy.store.importers.base import (
     Conversation,
     Problem,
     Reading,
+    first_asked,
     first_json_line,
     json_lines,
     when,
@@ -61,8 +62,9 @@ def read(path: Path) -> Reading:
         return reading
     conv = Conversation(KIND, session)
     chain = _chain(records, leaf)
-    conv.title = next((summaries[u] for u in reversed(chain) if u in summaries), "")
-    _messages(conv, [records[u] for u in chain])
+    meta = _messages(conv, [records[u] for u in chain])
+    summary = next((summaries[u] for u in reversed(chain) if u in summaries), "")
+    conv.title = summary or first_asked(conv, meta)
     reading.conversations.append(conv)
     return reading
 
@@ -80,7 +82,10 @@ def _chain(records: dict[str, dict[str, Any]], leaf: str) -> list[str]:
     return out[::-1]
 
 
-def _messages(conv: Conversation, chain: list[dict[str, Any]]) -> None:
+def _messages(conv: Conversation, chain: list[dict[str, Any]]) -> set[int]:
+    """Add the chain's messages; return the indices of those Claude Code marked
+    ``isMeta`` (caveats and command echoes it wrote in)."""
+    meta: set[int] = set()
     last_id: str | None = None
     for r in chain:
         if r.get("type") == "system":
@@ -96,7 +101,10 @@ def _messages(conv: Conversation, chain: list[dict[str, Any]]) -> None:
             continue
         last_id = msg_id
         for m in message_to_openai(msg):
+            if r.get("isMeta"):
+                meta.add(len(conv.messages))
             conv.add(m, stamp, model)
+    return meta
 
 
 def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from proxy.store.importers.base import (
     Conversation,
     Problem,
     Reading,
+    first_asked,
     first_json_line,
     json_lines,
     text_message,
@@ -64,6 +65,7 @@ def read(path: Path) -> Reading:
         except (KeyError, TypeError, AttributeError) as e:
             reading.problems.append(Problem(f"{path}:{n}", f"unexpected {kind} record ({e})"))
     if state.conv.messages:
+        state.conv.title = first_asked(state.conv)
         reading.conversations.append(state.conv)
     return reading
 

@@ -126,3 +126,18 @@ def test_progress_and_workspace(
     assert len(json.loads(out.out)["imported"]) == 12
     workspaces = {r["workspace"] for r in SqliteReader(store).list_sessions()}
     assert len(workspaces) == 1 and workspaces.pop().startswith("key-")
+
+
+def test_portable_v1_file_is_upgraded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An export written by a handoff of format version 1 (no ``source``) imports; the
+    conversation's source is read back from its name."""
+    first = tmp_path / "a.db"
+    cli("sessions", "import", str(fx.openai_json(tmp_path)), "--store", str(first))
+    (doc,) = _sessions(first)
+    old = {k: v for k, v in doc.items() if k != "source"} | {"format_version": 1}
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(old))
+    second = tmp_path / "b.db"
+    assert cli("sessions", "import", str(path), "--store", str(second)) == 0
+    assert _sessions(second) == [doc]
+    assert doc["source"]["kind"] == "openai"

@@ -7,12 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from proxy.store.export import export
 from proxy.store.read import SqliteReader
 from tests.cli.test_sessions import cli
 from tests.store import importer_fixtures as fx
+from tests.store.test_export import SCHEMA
 
 FIXTURES: dict[str, Callable[[Path], Path]] = {
     "codex": fx.codex_rollout,
@@ -46,6 +48,8 @@ def test_round_trip(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
     docs = _sessions(first)
     assert docs and all(d["source"]["kind"] == kind for d in docs)
     assert all(d["workspace"] == "default" for d in docs)
+    for d in docs:  # the shipped schema accepts them
+        jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(d)
     assert cli("sessions", "import", str(src), "--store", str(first), "--from", kind) == 0
     assert "already in this store" in capsys.readouterr().err
     assert _sessions(first) == docs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,13 @@ def test_claude_code_across_a_compaction(tmp_path: Path) -> None:
     assert conv.notes == ["Claude Code compacted the history here"]
     sub = registry.IMPORTERS["claude-code"].read(tmp_path / "agent-1234.jsonl")
     assert not sub.conversations and not sub.problems
+
+
+def test_plain_json_detection_reads_the_structure(tmp_path: Path) -> None:
+    """OpenAI JSON whose text mentions Anthropic words stays OpenAI; a top-level
+    ``system`` or a tool_use block makes it Anthropic."""
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps([{"role": "user", "content": '"thinking" "source" tool_use'}]))
+    assert getattr(registry.detect(path), "kind", None) == "openai"
+    path.write_text(json.dumps({"system": "s", "messages": [{"role": "user", "content": "x"}]}))
+    assert getattr(registry.detect(path), "kind", None) == "anthropic"

@@ -22,6 +22,9 @@ def message_md(m: Mapping[str, Any]) -> str:
     role = str(m.get("role", "?"))
     name = m.get("name") or m.get("tool_call_id")
     lines = [f"### {role}" + (f" ({name})" if name else "")]
+    reasoning = m.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        lines.append("> *reasoning:* " + " ".join(reasoning.split()))
     content = m.get("content")
     if isinstance(content, str):
         lines.extend([content] if content else [])

@@ -105,3 +105,13 @@ def test_ollama_body(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     ]
     assert call["thinking"] == "Look at the Makefile first."
     assert body["messages"][4]["tool_name"] == "shell"
+
+
+def test_markdown_shows_reasoning_and_images(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An imported Codex session's Markdown keeps its reasoning and marks the image."""
+    store, sid = _imported(tmp_path, capsys)
+    text = _out(capsys, "sessions", "export", sid, "--format", "markdown", "--store", str(store))
+    assert "> *reasoning:* Look at the Makefile first." in text
+    assert "*[image_url]*" in text and "**tool call** `apply_patch` (call_b)" in text

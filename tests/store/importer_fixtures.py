@@ -169,7 +169,10 @@ def codex_rollout(root: Path, bad_line: bool = False) -> Path:
             {
                 "type": "function_call_output",
                 "call_id": "call_c",
-                "output": {"content": "ok", "success": True},
+                "output": [
+                    {"type": "input_text", "text": "ok"},
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"},
+                ],
             },
         ),
         line(

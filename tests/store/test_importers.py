@@ -38,7 +38,7 @@ def test_codex_rollout(tmp_path: Path) -> None:
     assert call["reasoning_content"] == "Look at the Makefile first."
     assert call["tool_calls"][0]["function"]["name"] == "shell"
     assert conv.messages[4]["tool_calls"][0]["function"]["arguments"].startswith("*** Begin")
-    assert conv.messages[9] == {"role": "tool", "tool_call_id": "call_c", "content": "ok"}
+    assert conv.messages[9] == {"role": "tool", "tool_call_id": "call_c", "content": "ok\n[image]"}
     assert conv.models[2] == "gpt-5-codex" and conv.models[1] is None
     assert conv.notes and "compacted" in conv.notes[0]
 
@@ -135,3 +135,24 @@ def test_plain_json_detection_reads_the_structure(tmp_path: Path) -> None:
     assert getattr(registry.detect(path), "kind", None) == "openai"
     path.write_text(json.dumps({"system": "s", "messages": [{"role": "user", "content": "x"}]}))
     assert getattr(registry.detect(path), "kind", None) == "anthropic"
+
+
+def test_codex_legacy_rollout(tmp_path: Path) -> None:
+    """An early rollout: a bare meta line (id, instructions), then bare items; an
+    output written as ``{"content", "success"}``."""
+    lines = [
+        {"id": "old-1", "timestamp": "2025-04-01T00:00:00Z", "instructions": "Be careful."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "ls"}]},
+        {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "c"},
+        {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": {"content": "a b", "success": True},
+        },
+    ]
+    path = tmp_path / "rollout-2025-04-01-old-1.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    conv = _one(path, "codex")
+    assert conv.key == "codex:old-1"
+    assert conv.messages[0] == {"role": "system", "content": "Be careful."}
+    assert conv.messages[-1] == {"role": "tool", "tool_call_id": "c", "content": "a b"}

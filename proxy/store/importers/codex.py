@@ -154,10 +154,15 @@ def _part(c: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _output(p: dict[str, Any]) -> str:
-    """A call's output: a string, ``{"content", "success"}`` (older), or content items."""
+    """A call's output: a string, ``{"content", "success"}`` (older), or content items
+    (``input_text``, and ``input_image``, which a tool message cannot hold: marked)."""
     out = p.get("output")
     if isinstance(out, dict):
         out = out.get("content", out)
     if isinstance(out, list):
-        return "\n".join(str(c.get("text", "")) for c in out if isinstance(c, dict))
+        return "\n".join(
+            str(c.get("text", "")) if c.get("type") != "input_image" else "[image]"
+            for c in out
+            if isinstance(c, dict)
+        )
     return out if isinstance(out, str) else dumps_text(out)

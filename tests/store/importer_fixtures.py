@@ -346,7 +346,7 @@ def chatgpt_export(root: Path) -> Path:
         "sys": _node(
             "sys",
             "root",
-            ["q1", "q1b"],
+            ["q1", "ctx"],
             _msg(
                 "sys",
                 "system",
@@ -357,9 +357,25 @@ def chatgpt_export(root: Path) -> Path:
         ),
         "q1": _node("q1", "sys", ["a1"], _msg("q1", "user", text("old question"), 2.0)),
         "a1": _node("a1", "q1", [], _msg("a1", "assistant", text("old answer"), 3.0)),
+        "ctx": _node(
+            "ctx",
+            "sys",
+            ["q1b"],
+            _msg(
+                "ctx",
+                "user",
+                {
+                    "content_type": "user_editable_context",
+                    "user_profile": "I am a data analyst.",
+                    "user_instructions": "Answer with code.",
+                },
+                3.5,
+                metadata={"is_visually_hidden_from_conversation": True},
+            ),
+        ),
         "q1b": _node(
             "q1b",
-            "sys",
+            "ctx",
             ["th"],
             _msg(
                 "q1b",

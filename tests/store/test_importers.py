@@ -76,6 +76,8 @@ def test_chatgpt_current_branch(tmp_path: Path) -> None:
     first, second = reading.conversations
     assert first.key == "chatgpt:c-1" and first.title == "Plotting"
     assert "old question" not in str(first.messages)
+    instructions = {"role": "system", "content": "I am a data analyst.\n\nAnswer with code."}
+    assert first.messages.pop(0) == instructions  # hidden custom instructions, but sent
     assert [m["role"] for m in first.messages] == ["user", "assistant", "tool", "assistant"]
     assert first.messages[0]["content"][0]["image_url"]["url"] == "file-service://file-1"
     call_id = first.messages[1]["tool_calls"][0]["id"]

@@ -6,7 +6,8 @@ branch is read from the leaf up. The root's ``message`` is null, and system node
 are empty or hidden carry nothing; both are skipped. A message's ``content`` is
 ``text`` / ``multimodal_text`` (strings and ``image_asset_pointer`` parts), ``code``
 (a call to the tool in ``recipient``), ``execution_output`` and others from tools,
-``thoughts`` (reasoning, kept on the next reply).
+``thoughts`` (reasoning, kept on the next reply), ``user_editable_context`` (the
+person's custom instructions, hidden but sent: a system message).
 """
 
 from __future__ import annotations
@@ -87,6 +88,13 @@ class _Branch:
         kind = content.get("content_type")
         if kind == "thoughts":
             self.thoughts.extend(str(t.get("content", "")) for t in content.get("thoughts", []))
+            return
+        if kind == "user_editable_context":  # custom instructions: hidden, but sent
+            text = "\n\n".join(
+                str(content[k]) for k in ("user_profile", "user_instructions") if content.get(k)
+            )
+            if text:
+                self.conv.add({"role": "system", "content": text}, stamp)
             return
         if meta.get("is_visually_hidden_from_conversation") or kind == "reasoning_recap":
             return

@@ -145,3 +145,17 @@ def test_portable_v1_file_is_upgraded(tmp_path: Path, capsys: pytest.CaptureFixt
     assert cli("sessions", "import", str(path), "--store", str(second)) == 0
     assert _sessions(second) == [doc]
     assert doc["source"]["kind"] == "openai"
+
+
+def test_a_grown_source_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A session continued after its import is skipped on re-import, saying how many
+    messages it has more."""
+    path = fx.claude_transcript(tmp_path)
+    store = tmp_path / "s.db"
+    assert cli("sessions", "import", str(path), "--store", str(store)) == 0
+    more = {"type": "assistant", "uuid": "u8", "parentUuid": "u7", "sessionId": fx.CLAUDE_ID,
+            "message": {"id": "msg_03", "role": "assistant", "content": "You're welcome."}}  # fmt: skip
+    path.write_text(path.read_text() + json.dumps(more) + "\n")
+    capsys.readouterr()
+    assert cli("sessions", "import", str(path), "--store", str(store)) == 0
+    assert "the source has 1 message(s) more, not merged in" in capsys.readouterr().err

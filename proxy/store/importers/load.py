@@ -14,6 +14,7 @@ from proxy.store.db import connect
 from proxy.store.errors import InvalidDocument
 from proxy.store.importers.base import Reading
 from proxy.store.importers.document import document
+from proxy.store.read import SqliteReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +45,24 @@ def load(
 def _one(store: Path, doc: dict[str, Any], source: str, notes: tuple[str, ...]) -> Outcome:
     held = _already(store, doc)
     if held is not None:
-        return Outcome(source, held, False, "already in this store", notes)
+        return Outcome(source, held, False, _held_reason(store, held, doc), notes)
     try:
         sid = admin.import_document(store, doc)
     except InvalidDocument as e:
         return Outcome(source, None, False, str(e), notes)
     return Outcome(source, sid, True, "", notes)
+
+
+def _held_reason(store: Path, held: str, doc: dict[str, Any]) -> str:
+    """Why ``doc`` is skipped; says so when its source has grown since it was imported
+    (a Codex or Claude Code session continued): that is not merged in."""
+    _, turns = SqliteReader(store).turns(held)
+    last = turns[-1]
+    stored = len(last["history"]) + (last["reply"] is not None)
+    more = len(doc["messages"]) - stored
+    if more > 0:
+        return f"already in this store; the source has {more} message(s) more, not merged in"
+    return "already in this store"
 
 
 def _already(store: Path, doc: dict[str, Any]) -> str | None:

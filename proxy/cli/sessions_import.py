@@ -2,7 +2,8 @@
 
 A file or a folder (walked for ``.json`` / ``.jsonl``); each file's kind is detected
 unless ``--from`` names it. Imports are idempotent (a conversation already in the
-store is skipped, by its source id or content digest). Imported sessions go to the
+store is skipped, by its source id or content digest; one whose source has grown since,
+a session continued, gets its new turns added). Imported sessions go to the
 workspace of a local client without an API key (``default``) unless ``--workspace``
 or ``--key-env`` says otherwise. Exit 0 when something was imported (or was already
 there), 2 when nothing could be.
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from proxy.config import load_settings
 from proxy.server.workspace import home_workspace
 from proxy.store.importers import registry
 from proxy.store.importers.base import Problem, Reading
@@ -64,13 +66,14 @@ def run(args: argparse.Namespace, store: Path) -> int:
     kinds = (args.kind,) if args.kind else registry.KINDS
     ws = workspace(args)
     keep = not (args.workspace or args.key_env)
+    redact = load_settings(getattr(args, "config", None)).store.redact
     outcomes: list[Outcome] = []
     problems: list[Problem] = []
     for i, path in enumerate(files, 1):
         _progress(i, len(files))
         reading = _read(path, kinds, forced=bool(args.kind) and root.is_file())
         problems.extend(reading.problems)
-        outcomes.extend(load(store, reading, str(path), ws, keep))
+        outcomes.extend(load(store, reading, str(path), ws, keep, redact))
     return _report(outcomes, problems, args.json)
 
 
@@ -112,7 +115,9 @@ def _report(outcomes: list[Outcome], problems: list[Problem], as_json: bool) -> 
         )
     else:
         for o in imported:
-            print(f"imported {o.session_id} from {o.source}")
+            print(
+                f"imported {o.session_id} from {o.source}" + (f": {o.reason}" if o.reason else "")
+            )
             for note in o.notes:
                 print(f"  note: {note}")
         for o in present:

@@ -147,15 +147,29 @@ def test_portable_v1_file_is_upgraded(tmp_path: Path, capsys: pytest.CaptureFixt
     assert doc["source"]["kind"] == "openai"
 
 
-def test_a_grown_source_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A session continued after its import is skipped on re-import, saying how many
-    messages it has more."""
+def test_a_grown_source_adds_its_new_turns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Claude Code session continued after its import: importing it again adds the
+    new turn to the same session; once more adds nothing; a rewritten one is refused."""
     path = fx.claude_transcript(tmp_path)
     store = tmp_path / "s.db"
     assert cli("sessions", "import", str(path), "--store", str(store)) == 0
+    (row,) = SqliteReader(store).list_sessions()
     more = {"type": "assistant", "uuid": "u8", "parentUuid": "u7", "sessionId": fx.CLAUDE_ID,
-            "message": {"id": "msg_03", "role": "assistant", "content": "You're welcome."}}  # fmt: skip
+            "message": {"id": "msg_03", "role": "assistant", "model": "claude-opus-4-1",
+                        "content": "You're welcome."}}  # fmt: skip
     path.write_text(path.read_text() + json.dumps(more) + "\n")
     capsys.readouterr()
     assert cli("sessions", "import", str(path), "--store", str(store)) == 0
-    assert "the source has 1 message(s) more, not merged in" in capsys.readouterr().err
+    assert f"imported {row['id']} from" in capsys.readouterr().out
+    (grown,) = SqliteReader(store).list_sessions()
+    assert grown["turns"] == row["turns"] + 1
+    last = SqliteReader(store).turn(row["id"], grown["turns"])
+    assert last["reply"]["content"] == "You're welcome." and len(last["history"]) == 5
+    assert cli("sessions", "import", str(path), "--store", str(store)) == 0
+    assert "already in this store" in capsys.readouterr().err
+    path.write_text(path.read_text().replace("Please add a config file", "Something else"))
+    assert cli("sessions", "import", str(path), "--store", str(store)) == 0
+    assert "has changed since, not only grown" in capsys.readouterr().err
+    assert SqliteReader(store).list_sessions()[0]["turns"] == grown["turns"]

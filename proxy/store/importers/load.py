@@ -27,42 +27,57 @@ class Outcome:
 
 
 def load(
-    store: Path, reading: Reading, where: str, workspace: str, keep_workspace: bool
+    store: Path,
+    reading: Reading,
+    where: str,
+    workspace: str,
+    keep_workspace: bool,
+    redact: bool = False,
 ) -> list[Outcome]:
     """Import ``reading``'s conversations into ``workspace`` (a portable document keeps
-    its own when ``keep_workspace``)."""
+    its own when ``keep_workspace``); ``redact`` as the store is configured."""
     now = time.time()
     out: list[Outcome] = []
     for conv in reading.conversations:
         doc = document(conv, workspace, now)
-        out.append(_one(store, doc, f"{where} ({conv.key})", tuple(conv.notes)))
+        out.append(_one(store, doc, f"{where} ({conv.key})", tuple(conv.notes), redact))
     for doc in reading.documents:
         doc = doc if keep_workspace else {**doc, "workspace": workspace}
-        out.append(_one(store, doc, f"{where} ({doc['conversation_id']})", ()))
+        out.append(_one(store, doc, f"{where} ({doc['conversation_id']})", (), redact))
     return out
 
 
-def _one(store: Path, doc: dict[str, Any], source: str, notes: tuple[str, ...]) -> Outcome:
+def _one(
+    store: Path, doc: dict[str, Any], source: str, notes: tuple[str, ...], redact: bool
+) -> Outcome:
     held = _already(store, doc)
-    if held is not None:
-        return Outcome(source, held, False, _held_reason(store, held, doc), notes)
     try:
-        sid = admin.import_document(store, doc)
+        if held is not None:
+            return _grown(store, held, doc, source, notes, redact)
+        sid = admin.import_document(store, doc, redact=redact)
     except InvalidDocument as e:
         return Outcome(source, None, False, str(e), notes)
     return Outcome(source, sid, True, "", notes)
 
 
-def _held_reason(store: Path, held: str, doc: dict[str, Any]) -> str:
-    """Why ``doc`` is skipped; says so when its source has grown since it was imported
-    (a Codex or Claude Code session continued): that is not merged in."""
+def _grown(
+    store: Path, held: str, doc: dict[str, Any], source: str, notes: tuple[str, ...], redact: bool
+) -> Outcome:
+    """``doc`` is in the store already: if its source has grown since (a Codex or Claude
+    Code session continued), its new turns are added to the session."""
     _, turns = SqliteReader(store).turns(held)
     last = turns[-1]
-    stored = len(last["history"]) + (last["reply"] is not None)
-    more = len(doc["messages"]) - stored
-    if more > 0:
-        return f"already in this store; the source has {more} message(s) more, not merged in"
-    return "already in this store"
+    stored = [*last["history"], *([last["reply"]] if last["reply"] is not None else [])]
+    messages = [m["message"] for m in doc["messages"]]
+    if messages == stored:
+        return Outcome(source, held, False, "already in this store", notes)
+    grown = len(messages) > len(stored) and messages[: len(stored)] == stored
+    if not grown or any("history" in t for t in doc["turns"]):
+        why = "already in this store, and its source has changed since, not only grown"
+        return Outcome(source, held, False, why, notes)
+    new = [t for t in doc["turns"] if t["history_length"] + (t["reply"] is not None) > len(stored)]
+    admin.append_turns(store, doc, held, new, redact=redact)
+    return Outcome(source, held, True, f"{len(new)} new turn(s) added", notes)
 
 
 def _already(store: Path, doc: dict[str, Any]) -> str | None:

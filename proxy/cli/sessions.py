@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.console import Console
 from rich.table import Table
 
-from proxy.cli import message_view
+from proxy.cli import message_view, sessions_import, sessions_resume
 from proxy.cli.progress import Progress
 from proxy.cli.session_table import session_table
 from proxy.config import load_settings
@@ -59,8 +58,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--format", choices=FORMATS, default="portable")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--progress", action="store_true", help="report turns read on stderr")
-    p = sub.add_parser("import", parents=[common], help="load a portable export")
-    p.add_argument("file")
+    p.add_argument("--sent", action="store_true", help="what the turn sent, not the history")
+    sessions_import.register(sub, common)
+    sessions_resume.register(sub, common)
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
     p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
 
@@ -246,7 +246,9 @@ def _diff(args: argparse.Namespace, path: Path) -> int:
 def _export(args: argparse.Namespace, path: Path) -> int:
     progress = Progress("export", "turns", forced=args.progress)
     try:
-        out = export(SqliteReader(path), args.id, args.format, args.turn, progress=progress)
+        out = export(
+            SqliteReader(path), args.id, args.format, args.turn, sent=args.sent, progress=progress
+        )
     finally:
         progress.close()
     text = out if isinstance(out, str) else dumps_text(out, indent=True)
@@ -255,21 +257,6 @@ def _export(args: argparse.Namespace, path: Path) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
-    return 0
-
-
-def _import(args: argparse.Namespace, path: Path) -> int:
-    try:
-        doc = orjson.loads(Path(args.file).read_bytes())
-    except OSError as e:
-        raise InvalidDocument(args.file, f"cannot read: {e.strerror}") from None
-    except orjson.JSONDecodeError as e:
-        raise InvalidDocument(args.file, f"not valid JSON: {e}") from None
-    sid = admin.import_document(path, doc)
-    if args.json:
-        _print_json({"imported": sid})
-    else:
-        print(f"imported {sid}")
     return 0
 
 
@@ -287,6 +274,7 @@ _COMMANDS = {
     "show": _show,
     "diff": _diff,
     "export": _export,
-    "import": _import,
+    "import": sessions_import.run,
+    "resume": sessions_resume.run,
     "prune": _prune,
 }

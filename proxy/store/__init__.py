@@ -24,10 +24,13 @@ Speed (none changes what is stored: property tests hold the writer with ``prefix
 Readers
     ``read`` (:class:`~proxy.store.read.SqliteReader`, for the CLI and ``/handoff/v1``),
     ``history`` (a turn's messages from its incremental encoding), ``short_ids`` (the
-    shortest unique start of an id, for tables), ``durations``, ``jsonout``.
+    shortest unique start of an id, for tables), ``durations``, ``jsonout``,
+    ``limits`` (the windows upstreams named and the engine planned with).
 Export and import
-    ``export`` with ``portable`` (the portable JSON format) and ``markdown``; ``admin``
-    (imports and prunes the CLI writes directly).
+    ``export`` with ``portable`` (the portable JSON format, versioned, with its upgrade),
+    ``markdown``, ``anthropic_messages`` (Messages bodies, both ways) and ``ollama_chat``
+    (``/api/chat`` bodies); ``importers`` (other tools' saved conversations, one module
+    per tool behind a registry); ``admin`` (imports and prunes the CLI writes directly).
 
 The SQLite schema (``migrations`` has every column):
 

@@ -17,7 +17,8 @@ def export(
 ) -> dict[str, Any] | str:
     """A dict (portable, openai) or a string (markdown)."""
     info, turns = reader.turns(ref, turn)
-    doc = portable.build(info, turns, time.time() if now is None else now)
+    memory = reader.memory(info["id"]) if fmt == "portable" else None
+    doc = portable.build(info, turns, time.time() if now is None else now, memory)
     if fmt == "portable":
         return doc
     if fmt == "openai":

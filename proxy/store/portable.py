@@ -22,9 +22,12 @@ EXPORTER = "handoff 0.1.0"
 
 
 def build(
-    info: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], now: float
+    info: Mapping[str, Any],
+    turns: Sequence[Mapping[str, Any]],
+    now: float,
+    memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A portable document from a reader's session summary and full turns."""
+    """A portable document from a reader's session summary, full turns and memory."""
     final = _final(turns)
     stamps = _first_seen(turns, len(final))
     system = next((m.get("content") for m in final if m.get("role") == "system"), None)
@@ -42,7 +45,11 @@ def build(
         "system_prompt": system if isinstance(system, str) else None,
         "messages": [{"message": m, "timestamp": s} for m, s in zip(final, stamps, strict=True)],
         "turns": [_turn(t, final) for t in turns],
+        "memory": None if memory is None else {k: memory[k] for k in MEMORY_FIELDS},
     }
+
+
+MEMORY_FIELDS = ("memory", "text", "source", "reason", "turns", "updated_at")
 
 
 def _final(turns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -222,6 +229,7 @@ def validate(doc: Any) -> dict[str, Any]:
     }
     _fields(doc, top, "", optional=False)
     _fields(doc, {"name": _OSTR, "parent_conversation_id": _OSTR}, "", optional=True)
+    _memory_check(doc.get("memory"))
     for i, m in enumerate(doc["messages"]):
         _OBJ(m, f"messages[{i}]")
         if "message" not in m:
@@ -233,6 +241,17 @@ def validate(doc: Any) -> dict[str, Any]:
     for i, t in enumerate(doc["turns"]):
         _turn_check(doc, t, f"turns[{i}]")
     return dict(doc)
+
+
+def _memory_check(mem: Any) -> None:
+    if mem is None:
+        return
+    _OBJ(mem, "memory")
+    spec = {
+        "memory": _OBJ, "text": _STR, "source": _STR, "reason": _STR,
+        "turns": _INT, "updated_at": _NUM,
+    }  # fmt: skip
+    _fields(mem, spec, "memory", optional=False)
 
 
 def _turn_check(doc: Mapping[str, Any], t: Any, where: str) -> None:

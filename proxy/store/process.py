@@ -36,7 +36,8 @@ from typing import IO, Any
 import orjson
 import structlog
 
-from proxy.store.base import StoreHealth, TurnRecord, age_s
+from proxy.store import memories
+from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s
 from proxy.store.calibration import load_calibration
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
@@ -221,6 +222,10 @@ class ProcessStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """One short transaction of its own, beside the writer's (``memories``)."""
+        memories.save(self.path, memory)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from proxy.store import forwarded as fwd
+from proxy.store import memories
 from proxy.store.canonical import unpack_body
 from proxy.store.db import connect
 from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
@@ -283,6 +284,26 @@ class SqliteReader:
             "unchanged": ops is None,
             "entries": entries,
         }
+
+    def memory(self, ref: str) -> dict[str, Any] | None:
+        with self._db() as db:
+            return memories.of_session(db, self._resolve(db, ref))
+
+    def memories(self, workspace: str, *, query: str = "", limit: int = 5) -> list[dict[str, Any]]:
+        if self._scope and not self._sees(workspace):
+            return []
+        with self._db() as db:
+            return memories.ranked(db, workspace, search_terms(query), limit)
+
+    def session_of_turn(self, workspace: str, started_at: float) -> str | None:
+        if self._scope and not self._sees(workspace):
+            return None
+        with self._db() as db:
+            return memories.session_of_turn(db, workspace, started_at)
+
+    def _sees(self, workspace: str) -> bool:
+        own, sub, end = self._scope_args
+        return workspace == own or sub <= workspace < end
 
     def load_calibration(self) -> dict[str, Any]:
         with self._db() as db:

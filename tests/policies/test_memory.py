@@ -14,18 +14,29 @@ from tests.strategies import conversations
 
 
 def _call(name: str, **args: Any) -> dict[str, Any]:
-    return {"id": name, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {
+        "id": name,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
 
 
 SESSION: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a coding agent."},
     {"role": "user", "content": "Add rate limiting to the admin API in src/admin.py."},
-    {"role": "assistant", "content": "Reading it.", "tool_calls": [_call("read_file", path="src/admin.py")]},
+    {
+        "role": "assistant",
+        "content": "Reading it.",
+        "tool_calls": [_call("read_file", path="src/admin.py")],
+    },
     {"role": "tool", "tool_call_id": "read_file", "content": "def admin(): ..."},
     {
         "role": "assistant",
         "content": "I decided to use a token bucket because it allows bursts.",
-        "tool_calls": [_call("edit_file", path="src/admin.py"), _call("write_file", path="src/limits.py")],
+        "tool_calls": [
+            _call("edit_file", path="src/admin.py"),
+            _call("write_file", path="src/limits.py"),
+        ],
     },
     {"role": "tool", "tool_call_id": "edit_file", "content": "ok"},
     {"role": "tool", "tool_call_id": "write_file", "content": "ok"},

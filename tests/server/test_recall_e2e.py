@@ -1,0 +1,161 @@
+"""Recall through the running proxy: a new conversation that starts over gets the memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import openai
+import tiktoken
+
+from proxy.decide.recall import HEADER, RECALLED_HEADER
+from proxy.store.read import SqliteReader
+from tests.conftest import MakeProxy, ProxyHandle
+from tests.fake_upstream import FakeUpstream
+
+MARK = "[handoff: recalled memory"
+
+
+async def _until(check: Callable[[], Any], timeout: float = 8.0) -> Any:
+    async with asyncio.timeout(timeout):
+        while not (found := check()):
+            await asyncio.sleep(0.05)
+    return found
+
+
+def _memories(db: Path) -> list[dict[str, Any]]:
+    try:
+        reader = SqliteReader(db)
+        return [m for s in reader.list_sessions() if (m := reader.memory(s["id"])) is not None]
+    except Exception:
+        return []
+
+
+async def _session(proxy: ProxyHandle, db: Path, key: str, asks: list[str]) -> None:
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key=key, max_retries=0)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for ask in asks:
+        history.append({"role": "user", "content": ask})
+        r = await client.chat.completions.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
+        history.append({"role": "assistant", "content": r.choices[0].message.content})
+    await client.close()
+
+
+async def _ask(
+    proxy: ProxyHandle, key: str, messages: list[dict[str, Any]], **headers: str
+) -> tuple[Any, dict[str, str]]:
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key=key, max_retries=0)
+    raw = await client.chat.completions.with_raw_response.create(
+        model="gpt-4o",
+        messages=messages,  # type: ignore[arg-type]
+        extra_headers=headers,
+    )
+    await client.close()
+    return raw.parse(), dict(raw.headers)
+
+
+async def _worked(
+    fake: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, **cfg: Any
+) -> tuple[ProxyHandle, Path]:
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(fake.url, store={"path": str(db), "writer": "thread"}, **cfg)
+    await _session(
+        proxy,
+        db,
+        "sk-one",
+        ["We decided to use a token bucket for src/limits.py.", "remember this"],
+    )
+    await _until(lambda: _memories(db))
+    return proxy, db
+
+
+def _sent(fake: FakeUpstream) -> list[dict[str, Any]]:
+    return fake.chat_requests[-1].json()["messages"]
+
+
+async def test_new_in_the_same_workspace_gets_the_memory_and_keeps_it_byte_stable(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """`/new` gets one marked message after the system prompt, named in the header and
+    recorded as a step; the next turn sends it again, byte for byte."""
+    proxy, db = await _worked(fake_upstream, make_proxy, tmp_path)
+    (mem,) = _memories(db)
+    opening = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "/new"},
+    ]
+    reply, headers = await _ask(proxy, "sk-one", opening)
+    assert headers[RECALLED_HEADER] == mem["session_id"]
+    sent = _sent(fake_upstream)
+    assert [m["role"] for m in sent] == ["system", "system", "user"]
+    assert sent[1]["content"].startswith(MARK) and "token bucket" in sent[1]["content"]
+    first_body = fake_upstream.chat_requests[-1].body
+    recalled = json.dumps(sent[1], separators=(",", ":"), ensure_ascii=False).encode()
+    assert recalled in first_body
+    nxt = [*opening, {"role": "assistant", "content": reply.choices[0].message.content},
+           {"role": "user", "content": "go on"}]  # fmt: skip
+    _, headers2 = await _ask(proxy, "sk-one", nxt)
+    second_body = fake_upstream.chat_requests[-1].body
+    assert recalled in second_body
+    cut = first_body.index(recalled) + len(recalled)
+    assert second_body[:cut] == first_body[:cut]
+    assert headers2[RECALLED_HEADER] == mem["session_id"]
+
+    async def recorded() -> list[Any]:
+        sessions = SqliteReader(db).list_sessions()
+        newest = max(sessions, key=lambda s: s["started_at"])
+        return [t["decision"] for t in SqliteReader(db).session(newest["id"])["timeline"]]
+
+    timeline: list[Any] = []
+    for _ in range(100):
+        timeline = await recorded()
+        if len(timeline) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert all("recall" in d["policies"] for d in timeline)
+    assert any(s.get("sessions") == [mem["session_id"]] for s in timeline[0]["steps"])
+
+
+async def test_another_workspace_and_mid_conversation_get_nothing(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """Another key's `/new` recalls nothing; nor does `/new` in the middle of a conversation."""
+    proxy, _ = await _worked(fake_upstream, make_proxy, tmp_path)
+    _, headers = await _ask(proxy, "sk-two", [{"role": "user", "content": "/new"}])
+    assert RECALLED_HEADER not in headers
+    assert not any(MARK in json.dumps(m) for m in _sent(fake_upstream))
+    mid = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+           {"role": "user", "content": "/new"}]  # fmt: skip
+    _, headers = await _ask(proxy, "sk-one", mid)
+    assert RECALLED_HEADER not in headers
+    assert _sent(fake_upstream) == mid
+    _, headers = await _ask(proxy, "sk-one", [{"role": "user", "content": "what is 2+2"}])
+    assert RECALLED_HEADER not in headers
+
+
+async def test_the_header_recalls_and_the_cap_holds(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """`x-handoff-recall: last` recalls without a phrase; the message stays within
+    `recall.max_tokens` (cut short when one memory is larger)."""
+    proxy, _ = await _worked(fake_upstream, make_proxy, tmp_path, recall={"max_tokens": 60})
+    _, headers = await _ask(
+        proxy, "sk-one", [{"role": "user", "content": "hello"}], **{HEADER: "last"}
+    )
+    assert RECALLED_HEADER in headers
+    inserted = _sent(fake_upstream)[0]["content"]
+    assert inserted.startswith(MARK) and inserted.endswith("[…]")
+    assert len(tiktoken.get_encoding("o200k_base").encode(inserted)) <= 60
+
+
+async def test_recall_off(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """`[recall] enabled = false`: `/new` goes upstream as it came."""
+    proxy, _ = await _worked(fake_upstream, make_proxy, tmp_path, recall={"enabled": False})
+    _, headers = await _ask(proxy, "sk-one", [{"role": "user", "content": "/new"}])
+    assert RECALLED_HEADER not in headers
+    assert _sent(fake_upstream) == [{"role": "user", "content": "/new"}]

@@ -17,6 +17,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from proxy.cli import memory_commands
 from proxy.config import load_settings
 from proxy.store import admin
 from proxy.store.durations import parse_count, parse_duration, parse_since
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("file")
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
     p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
+    memory_commands.register(sub, common)
 
 
 def _store_path(args: argparse.Namespace) -> Path:
@@ -291,4 +293,6 @@ _COMMANDS = {
     "export": _export,
     "import": _import,
     "prune": _prune,
+    "remember": memory_commands.remember,
+    "recall": memory_commands.recall,
 }

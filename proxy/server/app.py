@@ -30,6 +30,8 @@ from proxy.server.build import build_engine, memory_refiner, open_store
 from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
 from proxy.server.exchange import chat_completions
 from proxy.server.inspect_api import add_inspect_routes
+from proxy.server.mcp_http import add_mcp_route
+from proxy.server.mcp_tools import McpWorld
 from proxy.server.memory_keeper import MemoryKeeper
 from proxy.server.metrics import Metrics
 from proxy.server.recall_source import store_recall
@@ -145,6 +147,9 @@ def create_app(
     app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
     if reader is not None:
         add_inspect_routes(app, reader, settings.server.access_key, wrap)
+    path = reader.path if reader is not None else None
+    world = McpWorld(settings, engine, router, reader, path)
+    add_mcp_route(app, world, settings.server.access_key, wrap)
     # last: only what nothing else serves
     app.router.add_route("*", CATCH_ALL, wrap(unmatched), expect_handler=expect)
     return app

@@ -12,6 +12,7 @@ their own file, as the CLI does, optionally limited with ``--workspace``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from proxy.upstream.routing import Router, Upstream
 
 WORKSPACE_STATE = "handoff_workspace"
 """The key the HTTP bridge sets in the ASGI scope's state: the client's workspace."""
+HOME_STATE = "handoff_home"
+"""And the workspace its key owns, sub-workspaces included: what it may read."""
 
 ExportFormat = Literal["portable", "openai", "markdown"]
 
@@ -58,13 +61,15 @@ class McpWorld:
         """The reader this caller may use, and its workspace (None: the whole store)."""
         if self.reader is None:
             raise ToolError("handoff has no store here (store.enabled = false)")
-        workspace = self.workspace
         request = _http_request(ctx)
-        if request is not None:
-            workspace = request.scope.get("state", {}).get(WORKSPACE_STATE)
-            if workspace is None:  # (the bridge always sets it: refuse rather than show all)
-                raise ToolError("no workspace for this request")
-        return (self.reader if workspace is None else self.reader.within(workspace)), workspace
+        if request is None:
+            ws = self.workspace
+            return (self.reader if ws is None else self.reader.within(ws)), ws
+        state = request.scope.get("state", {})
+        home, workspace = state.get(HOME_STATE), state.get(WORKSPACE_STATE)
+        if home is None or workspace is None:  # (the bridge always sets them: refuse)
+            raise ToolError("no workspace for this request")
+        return self.reader.within(home), workspace
 
 
 def _http_request(ctx: Context | None) -> Any:
@@ -88,11 +93,20 @@ def _guard(fn: Callable[[], Any]) -> Any:
 
 def build_mcp(world: McpWorld) -> MCPServer:
     """The MCP server with every handoff tool."""
-    mcp: MCPServer = MCPServer(
-        "handoff",
-        instructions="Context windows, token counts, fitting a conversation to a model, "
-        "and the sessions and memories handoff recorded.",
-    )
+    # MCPServer calls logging.basicConfig, which would put a handler of its own on the
+    # root logger of the proxy's process (and print aiohttp's access log): a handler
+    # already there makes that call do nothing.
+    root, hold = logging.getLogger(), logging.NullHandler()
+    root.addHandler(hold)
+    try:
+        mcp: MCPServer = MCPServer(
+            "handoff",
+            instructions="Context windows, token counts, fitting a conversation to a model, "
+            "and the sessions and memories handoff recorded.",
+            log_level="WARNING",
+        )
+    finally:
+        root.removeHandler(hold)
 
     @mcp.tool()
     def model_context_window(model: str) -> dict[str, Any]:

@@ -206,20 +206,22 @@ def build_mcp(world: McpWorld) -> MCPServer:
         )
 
     @mcp.tool()
-    def show_session(id: str, turn: int | None = None, ctx: Context | None = None) -> Any:
+    def show_session(
+        id: str, turn: int | None = None, ctx: Context | None = None
+    ) -> dict[str, Any]:
         """A session's timeline, or with ``turn`` that turn in full."""
         reader, _ = world.scope(ctx)
         if turn is None:
-            return _guard(lambda: reader.session(id))
-        return _guard(lambda: reader.turn(id, turn))
+            return dict(_guard(lambda: reader.session(id)))
+        return dict(_guard(lambda: reader.turn(id, turn)))
 
     @mcp.tool()
     def export_session(
         id: str, format: ExportFormat = "portable", ctx: Context | None = None
-    ) -> Any:
-        """A session as a portable document, an OpenAI request or Markdown."""
+    ) -> dict[str, Any]:
+        """A session as a portable document, an OpenAI request or Markdown (a string)."""
         reader, _ = world.scope(ctx)
-        return _guard(lambda: export(reader, id, format))
+        return {"format": format, "document": _guard(lambda: export(reader, id, format))}
 
     @mcp.tool()
     def recall(query: str = "", ctx: Context | None = None) -> dict[str, Any]:

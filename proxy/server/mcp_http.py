@@ -47,8 +47,24 @@ def add_mcp_route(
     app[MANAGER] = server.session_manager
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        async with app[MANAGER].run():
-            yield
+        # The manager's task group must be entered and left in one task, and aiohttp may
+        # run a cleanup context's two halves in two: it gets an owned task of its own.
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with app[MANAGER].run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(hold(), name="handoff-mcp")
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done():
+            task.result()  # (it failed to start: say why)
+        yield
+        stop.set()
+        await task
 
     async def endpoint(request: web.Request) -> web.StreamResponse:
         if not (

@@ -96,8 +96,11 @@ def insert_at(messages: Sequence[Message]) -> int:
 
 
 def is_first_request(messages: Sequence[Message]) -> bool:
-    roles = [m.get("role") for m in messages]
-    return roles.count("user") == 1 and "assistant" not in roles and roles[-1] == "user"
+    """A conversation's first request: its system prompt, if any, and one user message.
+    (Stops at the first other message, so a long history costs nothing.)"""
+    if not messages or messages[-1].get("role") != "user":
+        return False
+    return all(m.get("role") in PINNED_ROLES for m in messages[:-1])
 
 
 class Recaller:
@@ -128,14 +131,18 @@ class Recaller:
         counter for the target model (asked only when a recall is due)."""
         if not self.settings.enabled or req.render is not None or not req.messages:
             return None  # (Chat Completions only: other wire formats place system text apart)
-        key = opening_key(req.messages)
-        if key is None:
+        first = is_first_request(req.messages)
+        if not first and not self._kept:
+            return None  # (nothing recalled yet: a later turn costs no hashing)
+        opening = opening_key(req.messages)
+        if opening is None:
             return None
+        key = f"{workspace}\x00{opening}"  # (never replayed into another workspace)
         kept = self._kept.get(key)
         if kept is not None:
             self._kept.move_to_end(key)
             return _with(req, *kept, replayed=True)
-        if not is_first_request(req.messages):
+        if not first:
             return None  # never mid-conversation
         ask = self._ask(req, headers)
         if ask is None:

@@ -37,11 +37,17 @@ FIND_S = 10.0
 CONVERSATIONS = 4096
 
 
+PHRASE_CHARS = 200
+"""Only a message's start is compared with the remember phrases (it may be a long paste)."""
+
+
 @dataclass(slots=True)
 class _Seen:
     model: str
     compressed: bool
     written_at: int  # user turns when its memory was last written (0: never)
+    counted: int = 0  # messages counted so far (a resent history is counted once)
+    users: int = 0  # user messages among them
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,8 +122,11 @@ async def test_new_in_the_same_workspace_gets_the_memory_and_keeps_it_byte_stabl
 async def test_another_workspace_and_mid_conversation_get_nothing(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
-    """Another key's `/new` recalls nothing; nor does `/new` in the middle of a conversation."""
+    """Another key's `/new` recalls nothing, even right after the same opening recalled for
+    the first key; nor does `/new` in the middle of a conversation."""
     proxy, _ = await _worked(fake_upstream, make_proxy, tmp_path)
+    _, headers = await _ask(proxy, "sk-one", [{"role": "user", "content": "/new"}])
+    assert RECALLED_HEADER in headers
     _, headers = await _ask(proxy, "sk-two", [{"role": "user", "content": "/new"}])
     assert RECALLED_HEADER not in headers
     assert not any(MARK in json.dumps(m) for m in _sent(fake_upstream))

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 
 from policies.digest import items
-from policies.memory import SECTIONS, build_memory
+from policies.memory import SECTIONS, build_memory, starts_with_phrase
 from tests.strategies import conversations
 
 
@@ -88,3 +88,14 @@ def test_memory_is_pure_and_invents_nothing(messages: list[dict[str, Any]]) -> N
     asked = [i.text for i in found if i.kind == "asked"]
     assert mem.goal == (asked[0] if asked else "")
     assert len(mem.render()) < 20_000
+
+
+def test_phrases_match_at_the_start_and_at_a_word_end() -> None:
+    """A phrase matches its message's start (case and spacing aside), not inside a word;
+    CJK phrases run straight on; what follows is returned as the query."""
+    phrases = ["/new", "save", "start again", "新会话"]
+    assert starts_with_phrase("/new", phrases) == ""
+    assert starts_with_phrase("  Start   AGAIN: the parser", phrases) == "the parser"
+    assert starts_with_phrase("新会话继续解析器", phrases) == "继续解析器"
+    assert starts_with_phrase("saved the file", phrases) is None
+    assert starts_with_phrase("please save", phrases) is None

@@ -162,3 +162,24 @@ async def test_recall_off(
     _, headers = await _ask(proxy, "sk-one", [{"role": "user", "content": "/new"}])
     assert RECALLED_HEADER not in headers
     assert _sent(fake_upstream) == [{"role": "user", "content": "/new"}]
+
+
+async def test_the_cap_is_a_share_of_the_model_budget(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """On a small model the recalled message stays within `recall.max_share` of its budget,
+    below `recall.max_tokens`."""
+    fake_upstream.models["tiny-2k"] = 2048
+    tiny = {"tiny-2k": {"context_window": 2048, "max_output_tokens": 256}}
+    proxy, _ = await _worked(
+        fake_upstream, make_proxy, tmp_path, models=tiny, recall={"max_share": 0.05}
+    )
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
+    raw = await client.chat.completions.with_raw_response.create(
+        model="tiny-2k", messages=[{"role": "user", "content": "/new"}]
+    )
+    await client.close()
+    budget = int(raw.headers["x-handoff-budget"])
+    inserted = _sent(fake_upstream)[0]["content"]
+    assert inserted.startswith(MARK)
+    assert len(tiktoken.get_encoding("o200k_base").encode(inserted)) <= budget * 0.05 < 1500

@@ -98,9 +98,13 @@ def insert_at(messages: Sequence[Message]) -> int:
 def is_first_request(messages: Sequence[Message]) -> bool:
     """A conversation's first request: its system prompt, if any, and one user message.
     (Stops at the first other message, so a long history costs nothing.)"""
-    if not messages or messages[-1].get("role") != "user":
+    last = len(messages) - 1
+    if last < 0 or messages[last].get("role") != "user":
         return False
-    return all(m.get("role") in PINNED_ROLES for m in messages[:-1])
+    i = 0
+    while i < last and messages[i].get("role") in PINNED_ROLES:
+        i += 1
+    return i == last
 
 
 class Recaller:

@@ -73,7 +73,7 @@ class MemoryKeeper:
         self.reader = reader
         self.refine = refine
         self.queue: asyncio.Queue[_Due] = asyncio.Queue(QUEUE)
-        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._seen: OrderedDict[int | str, _Seen] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.dropped = 0
@@ -95,25 +95,25 @@ class MemoryKeeper:
         messages = turn.messages
         if not messages or turn.status != 200 or turn.cancelled:
             return None
-        key = conversation_key(messages)
+        key = _opening(messages)
         seen = self._seen.get(key)
         compressed = turn.decision is not None and turn.decision.action == "compressed"
-        n = user_turns(messages)
         if seen is None:
             seen = self._seen[key] = _Seen(turn.model, compressed, 0)
             if len(self._seen) > CONVERSATIONS:
                 self._seen.popitem(last=False)
         self._seen.move_to_end(key)
+        if len(messages) < seen.counted:  # (an edit or regenerate: count afresh)
+            seen.counted = seen.users = 0
+        seen.users += user_turns(messages[seen.counted :])
+        seen.counted = len(messages)
+        n = seen.users
         last = messages[-1]
         every = self.settings.memory.every_turns
         reason = None
-        if (
-            last.get("role") == "user"
-            and starts_with_phrase(
-                text_of(last.get("content")), self.settings.memory.remember_phrases
-            )
-            is not None
-        ):
+        head = text_of(last.get("content"))[:PHRASE_CHARS]
+        phrases = self.settings.memory.remember_phrases
+        if last.get("role") == "user" and starts_with_phrase(head, phrases) is not None:
             reason = "asked"
         elif seen.model != turn.model:
             reason = "handoff"
@@ -179,3 +179,12 @@ class MemoryKeeper:
                 return sid
             await asyncio.sleep(wait)
             wait = min(wait * 2, 0.5)
+
+
+def _opening(messages: Sequence[Mapping[str, Any]]) -> int | str:
+    """A cheap key for the conversation: its first two texts' hash (str hashes are
+    cached by Python; a collision only shares a trigger's counts), else the cut memory's."""
+    texts = tuple(m.get("content") for m in messages[:2])
+    if all(isinstance(t, str) for t in texts):
+        return hash(texts)
+    return conversation_key(messages)

@@ -51,7 +51,7 @@ def _json(obj: Any) -> web.Response:
     return web.Response(body=dumps(obj), content_type="application/json")
 
 
-def is_loopback(remote: str | None) -> bool:
+def _is_loopback(remote: str | None) -> bool:
     try:
         return remote is not None and ipaddress.ip_address(remote).is_loopback
     except ValueError:
@@ -81,7 +81,7 @@ def _guarded(handler: Read) -> Handler:
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         key = request.app[ACCESS_KEY]
-        if not (is_loopback(request.remote) or (key and holds_key(request, key.encode()))):
+        if not (_is_loopback(request.remote) or (key and holds_key(request, key.encode()))):
             return _error(
                 403,
                 "the inspection API answers loopback clients or x-handoff-key holders",

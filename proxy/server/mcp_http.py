@@ -16,6 +16,7 @@ so the SDK's own are off.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -25,7 +26,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from proxy.errors import Forbidden
 from proxy.server.endpoint import holds_key
-from proxy.server.inspect_api import is_loopback
 from proxy.server.mcp_tools import HOME_STATE, WORKSPACE_STATE, McpWorld, build_mcp
 from proxy.server.workspace import home_workspace, workspace_for
 
@@ -113,6 +113,13 @@ async def bridge(request: web.Request, manager: StreamableHTTPSessionManager) ->
     if response is None:
         return web.Response(status=500, text="the MCP handler sent no response")
     return response
+
+
+def is_loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
 
 
 def _scope(request: web.Request) -> dict[str, Any]:

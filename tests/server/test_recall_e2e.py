@@ -183,3 +183,18 @@ async def test_the_cap_is_a_share_of_the_model_budget(
     inserted = _sent(fake_upstream)[0]["content"]
     assert inserted.startswith(MARK)
     assert len(tiktoken.get_encoding("o200k_base").encode(inserted)) <= budget * 0.05 < 1500
+
+
+async def test_the_header_names_a_session_of_its_own_workspace_only(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """`x-handoff-recall: <session id>` recalls that session for its own workspace; from
+    another workspace the id names nothing."""
+    proxy, db = await _worked(fake_upstream, make_proxy, tmp_path)
+    (mem,) = _memories(db)
+    sid = mem["session_id"]
+    _, headers = await _ask(proxy, "sk-one", [{"role": "user", "content": "hi"}], **{HEADER: sid})
+    assert headers[RECALLED_HEADER] == sid
+    _, headers = await _ask(proxy, "sk-two", [{"role": "user", "content": "hey"}], **{HEADER: sid})
+    assert RECALLED_HEADER not in headers
+    assert _sent(fake_upstream) == [{"role": "user", "content": "hey"}]

@@ -28,53 +28,13 @@ _DECIDED = re.compile(
 )
 _NEXT = re.compile(r"\b(next|todo|to do|then|remaining|still need|left to|follow[- ]up)\b", re.I)
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}|[\u4e00-\u9fff]{2,}")
-_STOP = frozenset(
-    (
-        "this",
-        "that",
-        "with",
-        "from",
-        "have",
-        "what",
-        "when",
-        "where",
-        "which",
-        "would",
-        "could",
-        "should",
-        "there",
-        "their",
-        "about",
-        "into",
-        "please",
-        "make",
-        "just",
-        "like",
-        "some",
-        "then",
-        "than",
-        "also",
-        "them",
-        "they",
-        "your",
-        "want",
-        "need",
-        "file",
-        "files",
-        "code",
-        "does",
-        "done",
-        "will",
-        "shall",
-        "more",
-        "most",
-        "very",
-        "only",
-        "over",
-        "such",
-        "each",
-    )
+_STOP_WORDS = (
+    "this that with from have what when where which would could should there their "
+    "about into please make just like some then than also them they your want need "
+    "file files code does done will shall more most very only over such each because "
+    "continue step keep going again still"
 )
+_STOP = frozenset(_STOP_WORDS.split())
 SECTIONS = (
     "Task goal",
     "What was done",
@@ -165,8 +125,8 @@ def build_memory(messages: Sequence[Message], skip: Sequence[str] = ()) -> Sessi
     said = [i.text for i in found if i.kind == "said"]
     changed = [i.text for i in found if i.kind == "changed"]
     files = list(dict.fromkeys(c.rsplit(" (", 1)[0] for c in changed))
-    decisions = [s for s in said if _DECIDED.search(s)]
-    done = [*(s for s in said if s not in decisions), *changed]
+    decisions = [*(a for a in real if _DECIDED.search(a)), *(s for s in said if _DECIDED.search(s))]
+    done = [*(s for s in said if not _DECIDED.search(s)), *changed]
     last = _last_text(messages, "assistant")
     state = last if len(last) <= STATE_CHARS else last[: STATE_CHARS - 1] + "…"
     errors = [i.text for i in found if i.kind == "error"]

@@ -99,3 +99,12 @@ def test_phrases_match_at_the_start_and_at_a_word_end() -> None:
     assert starts_with_phrase("新会话继续解析器", phrases) == "继续解析器"
     assert starts_with_phrase("saved the file", phrases) is None
     assert starts_with_phrase("please save", phrases) is None
+
+
+def test_a_decision_the_user_states_is_a_key_decision() -> None:
+    """What the user says was decided is kept among the decisions, verbatim."""
+    ask = "Use a token bucket at 10 requests/s because bursts must pass."
+    mem = build_memory(
+        [{"role": "user", "content": "Add rate limiting."}, {"role": "user", "content": ask}]
+    )
+    assert ask in mem.decisions

@@ -408,7 +408,10 @@ def _recalled(plan: Plan, recall: Recall) -> Plan:
         plan.decision = dataclasses.replace(
             d, policies=(*d.policies, "recall"), steps=(*d.steps, recall.step())
         )
-    plan.headers = {**plan.response_headers, RECALLED_HEADER: ",".join(recall.sessions)}
+    headers = {**plan.response_headers, RECALLED_HEADER: ",".join(recall.sessions)}
+    applied = headers.get("x-handoff-policy")
+    headers["x-handoff-policy"] = f"{applied},recall" if applied else "recall"
+    plan.headers = headers
     return plan
 
 

@@ -89,6 +89,7 @@ async def test_new_in_the_same_workspace_gets_the_memory_and_keeps_it_byte_stabl
     ]
     reply, headers = await _ask(proxy, "sk-one", opening)
     assert headers[RECALLED_HEADER] == mem["session_id"]
+    assert headers["x-handoff-policy"] == "recall"
     sent = _sent(fake_upstream)
     assert [m["role"] for m in sent] == ["system", "system", "user"]
     assert sent[1]["content"].startswith(MARK) and "token bucket" in sent[1]["content"]

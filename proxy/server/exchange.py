@@ -266,31 +266,32 @@ def _record(
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
     # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
     # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
-    record = TurnRecord(
-        workspace_for(request.headers),  # workspace
-        started,  # started_at
-        req.model,  # model
-        up.name,  # upstream
-        req.messages,  # messages
-        turn.status,  # status
-        latency_ms,  # latency_ms
-        turn.streamed,  # streamed
-        hint,  # session_hint
-        plan.decision,  # decision
-        plan.forwarded,  # forwarded
-        turn.reply,  # reply
-        turn.usage,  # usage
-        turn.finish_reason,  # finish_reason
-        turn.error,  # error
-        turn.cancelled,  # cancelled
-        turn.raw,  # raw_response
-        request_params(req.body),  # request_params
-        req.raw,  # raw_request
-        req.resends,  # resends
-        turn.json_body,  # answer
+    svc.store.record(
+        record := TurnRecord(
+            workspace_for(request.headers),  # workspace
+            started,  # started_at
+            req.model,  # model
+            up.name,  # upstream
+            req.messages,  # messages
+            turn.status,  # status
+            latency_ms,  # latency_ms
+            turn.streamed,  # streamed
+            hint,  # session_hint
+            plan.decision,  # decision
+            plan.forwarded,  # forwarded
+            turn.reply,  # reply
+            turn.usage,  # usage
+            turn.finish_reason,  # finish_reason
+            turn.error,  # error
+            turn.cancelled,  # cancelled
+            turn.raw,  # raw_response
+            request_params(req.body),  # request_params
+            req.raw,  # raw_request
+            req.resends,  # resends
+            turn.json_body,  # answer
+        )
     )
-    svc.store.record(record)
-    if svc.memories is not None:
+    if svc.memories is not None:  # (a session's memory, when due: off the request path)
         svc.memories.note(record, request.headers)
 
 

@@ -35,7 +35,7 @@ def remember(args: argparse.Namespace, path: Path) -> int:
     settings = load_settings(getattr(args, "config", None))
     skip = [*settings.memory.remember_phrases, *settings.recall.phrases]
     record = asyncio.run(remembered(info["workspace"], info["id"], messages, "command", skip=skip))
-    memories.save(path, record)
+    memories.save(path, record, redact=settings.store.redact)
     if args.json:
         sys.stdout.write(dumps_text(reader.memory(info["id"]), indent=True) + "\n")
     else:

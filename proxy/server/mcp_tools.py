@@ -250,7 +250,8 @@ def build_mcp(world: McpWorld) -> MCPServer:
         rec = await remembered(info["workspace"], info["id"], msgs, "command", skip=skip)
         if world.store_path is None:
             raise ToolError("handoff has no store here")
-        await asyncio.to_thread(memories.save, world.store_path, rec)
+        redact = world.settings.store.redact
+        await asyncio.to_thread(memories.save, world.store_path, rec, redact=redact)
         return {"session_id": rec.session_id, "source": rec.source, "turns": rec.turns,
                 "memory": dict(rec.memory), "text": rec.text}  # fmt: skip
 

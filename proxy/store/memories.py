@@ -9,6 +9,7 @@ this reads at most :data:`CANDIDATES` of them), newest first among equals.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import orjson
 
 from proxy.store.base import MemoryRecord
 from proxy.store.db import connect
+from proxy.store.redact import redact_json, redact_text
 
 CANDIDATES = 50
 """A workspace's newest memories that recall ranks."""
@@ -24,8 +26,11 @@ RECENT_TURNS = 20_000
 """How far back (in turn rows) a turn's session is looked for."""
 
 
-def save(path: str | Path, rec: MemoryRecord) -> None:
-    """Write ``rec`` into the store at ``path``, replacing the session's last memory."""
+def save(path: str | Path, rec: MemoryRecord, *, redact: bool = False) -> None:
+    """Write ``rec`` into the store at ``path``, replacing the session's last memory
+    (with ``redact``, keys and tokens in it masked, as ``store.redact`` masks messages)."""
+    if redact:
+        rec = dataclasses.replace(rec, text=redact_text(rec.text), memory=redact_json(rec.memory))
     db = connect(path)
     try:
         insert(db, rec)

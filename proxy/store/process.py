@@ -98,6 +98,7 @@ class ProcessStore:
         log_format: str = "console",
     ) -> None:
         self.path = Path(path)
+        self.redact = redact
         self._argv = [
             *writer_command(), "--path", str(path),
             "--flush-interval-s", str(flush_interval_s), "--log-format", log_format,
@@ -225,7 +226,7 @@ class ProcessStore:
 
     def save_memory(self, memory: MemoryRecord) -> None:
         """One short transaction of its own, beside the writer's (``memories``)."""
-        memories.save(self.path, memory)
+        memories.save(self.path, memory, redact=self.redact)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

@@ -249,7 +249,7 @@ class SqliteStore:
 
     def save_memory(self, memory: MemoryRecord) -> None:
         """One short transaction of its own, beside the writer's (``memories``)."""
-        memories.save(self.path, memory)
+        memories.save(self.path, memory, redact=self.redact)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:

@@ -173,3 +173,19 @@ async def test_memories_never_cross_workspaces(
         assert reader.within(ws).memories(next(w for w in by_ws if w != ws)) == []
     await one.close()
     await two.close()
+
+
+async def test_a_memory_is_redacted_as_messages_are(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """With store.redact, a key in the conversation is masked in its memory too."""
+    db = tmp_path / "h.db"
+    secret = "sk-proj-" + "A1b2C3d4" * 6
+    proxy = await make_proxy(
+        fake_upstream.url, store={"path": str(db), "writer": "thread", "redact": True}
+    )
+    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
+    await _play(client, [f"Deploy with the key {secret} to staging.", "remember this"])
+    (mem,) = await _until(lambda: _memories(db))
+    assert secret not in mem["text"] and secret not in json.dumps(mem["memory"])
+    await client.close()

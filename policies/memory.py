@@ -146,12 +146,17 @@ def build_memory(messages: Sequence[Message], skip: Sequence[str] = ()) -> Sessi
     )
 
 
+HEAD_CHARS = 600
+
+
 def starts_with_phrase(text: str, phrases: Sequence[str]) -> str | None:
     """What follows the phrase ``text`` starts with (``""`` for the phrase alone), or None.
 
     Case and surrounding space are ignored; a phrase of letters must end at a word's end
-    ("save" is not "saved"), one of CJK characters may run straight on.
+    ("save" is not "saved"), one of CJK characters may run straight on. Only the first
+    :data:`HEAD_CHARS` are read: a message may be a pasted megabyte, and its start decides.
     """
+    text = text[:HEAD_CHARS]
     low = " ".join(text.split()).lower()
     for phrase in sorted(phrases, key=len, reverse=True):
         p = " ".join(phrase.split()).lower()

@@ -6,6 +6,7 @@ MCP ``remember`` tool alike, so every path writes the same memory.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,7 +37,8 @@ async def remembered(
 ) -> MemoryRecord:
     """The memory of ``messages``: the LLM's when ``refine`` answers with every section,
     else the deterministic one (a failure is logged, never raised)."""
-    memory = build_memory(messages, skip)
+    # A long session's extraction takes milliseconds: off the event loop.
+    memory = await asyncio.to_thread(build_memory, messages, skip)
     text = memory.render()
     record = MemoryRecord(
         workspace, session_id, memory.as_dict(), text, "digest", reason, user_turns(messages)

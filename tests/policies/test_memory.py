@@ -108,3 +108,10 @@ def test_a_decision_the_user_states_is_a_key_decision() -> None:
         [{"role": "user", "content": "Add rate limiting."}, {"role": "user", "content": ask}]
     )
     assert ask in mem.decisions
+
+
+def test_only_a_message_start_is_read_for_a_phrase() -> None:
+    """A pasted megabyte costs its first characters: the phrase at its start is found, and
+    what follows is cut to a query's length."""
+    rest = starts_with_phrase("/new " + "A" * 1_000_000, ["/new"])
+    assert rest is not None and 0 < len(rest) < 1000

@@ -43,6 +43,9 @@ class RecallAsk:
     max_tokens: int
     count: Callable[[str], int]
     limit: int = 3
+    opening: tuple[Message, ...] = ()
+    """For ``replay``: the conversation's messages up to its first user message, whose
+    recorded first turn holds the message to insert again (after a restart)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,8 @@ class Recaller:
         self.settings = settings
         self.source = source
         self._kept: OrderedDict[str, tuple[Message, tuple[str, ...], int]] = OrderedDict()
+        self._looked: OrderedDict[str, None] = OrderedDict()  # replays looked for in vain
+        self._prints: set[tuple[object, ...]] = set()  # cheap marks of the kept openings
 
     def _ask(self, req: ChatRequest, headers: Mapping[str, str]) -> tuple[str, str] | None:
         """(mode, query) if this first request recalls."""
@@ -136,8 +141,12 @@ class Recaller:
         if not self.settings.enabled or req.render is not None or not req.messages:
             return None  # (Chat Completions only: other wire formats place system text apart)
         first = is_first_request(req.messages)
-        if not first and not self._kept:
-            return None  # (nothing recalled yet: a later turn costs no hashing)
+        if (
+            not first
+            and _print(req.messages) not in self._prints
+            and not self._opens_as_recall(req, headers)
+        ):
+            return None  # (nothing to replay: a later turn costs no hashing)
         opening = opening_key(req.messages)
         if opening is None:
             return None
@@ -146,8 +155,8 @@ class Recaller:
         if kept is not None:
             self._kept.move_to_end(key)
             return _with(req, *kept, replayed=True)
-        if not first:
-            return None  # never mid-conversation
+        if not first:  # never mid-conversation; but replay what an earlier run inserted
+            return await self._replay(req, workspace, headers, key, cap)
         ask = self._ask(req, headers)
         if ask is None:
             return None
@@ -159,10 +168,62 @@ class Recaller:
             return None
         message = {"role": "system", "content": found.text}
         tokens = count(found.text)
-        self._kept[key] = (message, found.sessions, tokens)
+        self._keep(req, key, (message, found.sessions, tokens))
+        return _with(req, message, found.sessions, tokens, replayed=False)
+
+    def _opens_as_recall(self, req: ChatRequest, headers: Mapping[str, str]) -> bool:
+        """Did this conversation open as a recall would (the header, or its first user
+        message starting with a phrase)?"""
+        at = insert_at(req.messages)
+        if at >= len(req.messages) or req.messages[at].get("role") != "user":
+            return False
+        text = text_of(req.messages[at].get("content"))
+        return (
+            bool(headers.get(HEADER)) or starts_with_phrase(text, self.settings.phrases) is not None
+        )
+
+    def _keep(self, req: ChatRequest, key: str, kept: tuple[Message, tuple[str, ...], int]) -> None:
+        self._kept[key] = kept
+        if len(self._prints) >= 2 * CAPACITY:
+            self._prints.clear()  # (a lost mark costs a replay lookup, once)
+        self._prints.add(_print(req.messages))
         if len(self._kept) > CAPACITY:
             self._kept.popitem(last=False)
-        return _with(req, message, found.sessions, tokens, replayed=False)
+
+    async def _replay(
+        self,
+        req: ChatRequest,
+        workspace: str,
+        headers: Mapping[str, str],
+        key: str,
+        cap: Callable[[], Awaitable[tuple[int, Callable[[str], int]]]],
+    ) -> Recall | None:
+        """A later turn of a conversation this process did not see begin (a restart): if
+        it opened as a recall would, the store's record of its first turn gives the very
+        message inserted then. Looked up once per conversation."""
+        if key in self._looked or not self._opens_as_recall(req, headers):
+            return None
+        opening = req.messages[: insert_at(req.messages) + 1]
+        self._looked[key] = None
+        if len(self._looked) > CAPACITY:
+            self._looked.popitem(last=False)
+        _, count = await cap()
+        found = await self.source(RecallAsk(workspace, "replay", "", 0, count, 0, opening))
+        if found is None:
+            return None
+        kept = ({"role": "system", "content": found.text}, found.sessions, count(found.text))
+        self._keep(req, key, kept)
+        return _with(req, *kept, replayed=True)
+
+
+def _print(messages: Sequence[Message]) -> tuple[object, ...]:
+    """A cheap mark of a conversation's opening (its texts' lengths, the start of its first
+    user message), so that only a conversation that may have been recalled is hashed."""
+    at = insert_at(messages)
+    texts = [m.get("content") for m in messages[: at + 1]]
+    lengths = tuple(len(t) if isinstance(t, str) else -1 for t in texts)
+    head = texts[-1][:64] if texts and isinstance(texts[-1], str) else None
+    return (*lengths, head)
 
 
 def _with(

@@ -35,6 +35,14 @@ def memories_for(reader: StoreReader, ask: RecallAsk) -> list[dict[str, Any]]:
 def find(reader: StoreReader, ask: RecallAsk) -> Recalled | None:
     """What to recall for ``ask``; None when nothing (or the store cannot be read)."""
     try:
+        if ask.mode == "replay":
+            hit = reader.recalled(ask.workspace, [dict(m) for m in ask.opening])
+            content = hit[0].get("content") if hit is not None else None
+            return (
+                None
+                if hit is None or not isinstance(content, str)
+                else (Recalled(content, tuple(hit[1])))
+            )
         return compose(memories_for(reader, ask), ask.max_tokens, ask.count)
     except (StoreError, sqlite3.Error) as e:  # (an unknown session id is a StoreError too)
         log.info("recall_found_nothing", error=str(e))

@@ -185,6 +185,13 @@ class StoreReader(Protocol):
         first and, among equals, the newest."""
         ...
 
+    def recalled(
+        self, workspace: str, opening: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """The message recall put into the first turn of the conversation that opened with
+        ``opening`` in ``workspace``, and the sessions it named (replayed after a restart)."""
+        ...
+
     def session_of_turn(self, workspace: str, started_at: float) -> str | None:
         """The session the turn begun at ``started_at`` in ``workspace`` was threaded
         into, None while it is not on disk."""

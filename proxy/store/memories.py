@@ -103,3 +103,17 @@ def session_of_turn(db: sqlite3.Connection, workspace: str, started_at: float) -
         (RECENT_TURNS, workspace, started_at),
     ).fetchone()
     return None if row is None else str(row[0])
+
+
+REPLAY_CANDIDATES = 20
+
+
+def recalled_openings(db: sqlite3.Connection, workspace: str, n_messages: int) -> list[str]:
+    """Sessions of ``workspace`` whose first turn had ``n_messages`` messages and recalled
+    (newest first): where a recalled message to replay may be."""
+    rows = db.execute(
+        "SELECT session_id FROM turns WHERE workspace = ? AND seq = 1 AND n_messages = ?"
+        " AND CAST(decision AS TEXT) LIKE '%\"recall\"%' ORDER BY id DESC LIMIT ?",
+        (workspace, n_messages, REPLAY_CANDIDATES),
+    ).fetchall()
+    return [str(r[0]) for r in rows]

@@ -301,6 +301,25 @@ class SqliteReader:
         with self._db() as db:
             return memories.session_of_turn(db, workspace, started_at)
 
+    def recalled(
+        self, workspace: str, opening: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """The message recall inserted into the first turn of ``workspace``'s conversation
+        that opened with ``opening``, and the sessions it named; None if none did."""
+        if self._scope and not self._sees(workspace):
+            return None
+        with self._db() as db:
+            for sid in memories.recalled_openings(db, workspace, len(opening)):
+                turn = self._turn(db, sid, 1, {})
+                if turn["history"] != opening:
+                    continue
+                for step in (turn["decision"] or {}).get("steps", ()):
+                    if step.get("policy") == "recall" and turn["forwarded"]:
+                        inserted = next((m for m in turn["forwarded"] if m not in opening), None)
+                        if inserted is not None:
+                            return inserted, list(step.get("sessions", ()))
+        return None
+
     def _sees(self, workspace: str) -> bool:
         own, sub, end = self._scope_args
         return workspace == own or sub <= workspace < end

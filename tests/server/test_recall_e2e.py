@@ -199,3 +199,31 @@ async def test_the_header_names_a_session_of_its_own_workspace_only(
     _, headers = await _ask(proxy, "sk-two", [{"role": "user", "content": "hey"}], **{HEADER: sid})
     assert RECALLED_HEADER not in headers
     assert _sent(fake_upstream) == [{"role": "user", "content": "hey"}]
+
+
+async def test_after_a_restart_the_next_turn_gets_the_same_bytes(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """A proxy that did not see the conversation begin replays the recalled message its
+    store recorded for the first turn, byte for byte."""
+    proxy, db = await _worked(fake_upstream, make_proxy, tmp_path)
+    opening = [{"role": "system", "content": "Sys."}, {"role": "user", "content": "/new"}]
+    reply, _ = await _ask(proxy, "sk-one", opening)
+    first = fake_upstream.chat_requests[-1]
+    recalled = json.dumps(first.json()["messages"][1], separators=(",", ":"), ensure_ascii=False)
+
+    def first_turn_recorded() -> bool:
+        rows = SqliteReader(db).list_sessions()
+        return any(r["turns"] == 1 and r["id"] != _memories(db)[0]["session_id"] for r in rows)
+
+    await _until(first_turn_recorded)
+    await proxy.server.close()
+    again = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": "thread"})
+    nxt = [*opening, {"role": "assistant", "content": reply.choices[0].message.content},
+           {"role": "user", "content": "go on"}]  # fmt: skip
+    _, headers = await _ask(again, "sk-one", nxt)
+    assert RECALLED_HEADER in headers
+    second = fake_upstream.chat_requests[-1].body
+    assert recalled.encode() in second
+    cut = first.body.index(recalled.encode()) + len(recalled)
+    assert second[:cut] == first.body[:cut]

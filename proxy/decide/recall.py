@@ -6,8 +6,11 @@ carries ``x-handoff-recall: last|auto|<session id>``, one marked message goes in
 the system prompt with what the injected :data:`RecallSource` finds, within a token
 cap. The engine keeps the message it inserted and puts the very same object back on
 every later turn of that conversation, so the forwarded prefix stays byte-identical
-(provider prompt caches). Memories live in the store, a later stage: the server
-injects the source, as it injects the summarizer.
+(provider prompt caches); after a restart it takes it from the store's record of the
+conversation's first turn. A conversation is known by its opening (system prompt and
+first user message) within its workspace: two that open alike share the newest recall.
+Memories live in the store, a later stage: the server injects the source, as it
+injects the summarizer.
 """
 
 from __future__ import annotations
@@ -151,12 +154,14 @@ class Recaller:
         if opening is None:
             return None
         key = f"{workspace}\x00{opening}"  # (never replayed into another workspace)
-        kept = self._kept.get(key)
-        if kept is not None:
-            self._kept.move_to_end(key)
-            return _with(req, *kept, replayed=True)
-        if not first:  # never mid-conversation; but replay what an earlier run inserted
+        if not first:  # never recalled mid-conversation: what the first turn got, again
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+                return _with(req, *kept, replayed=True)
             return await self._replay(req, workspace, headers, key, cap)
+        # A first request recalls afresh (a new conversation may open as an earlier one
+        # did; the newest recall is the one its later turns replay).
         ask = self._ask(req, headers)
         if ask is None:
             return None

@@ -10,7 +10,9 @@ SDK's; only the bytes cross. The route is wrapped like every other (browser guar
 access key) and answers loopback clients or ``x-handoff-key`` holders, like
 ``/handoff/v1``; the caller's workspace rides in the scope's state and the tools read
 only it (:mod:`proxy.server.mcp_tools`). DNS-rebinding checks are the browser guard's,
-so the SDK's own are off.
+so the SDK's own are off. (Writing the transport's JSON-RPC POST path on aiohttp by hand
+was the other way: it would repeat the SDK's version negotiation and validation, and drift
+from it.)
 """
 
 from __future__ import annotations

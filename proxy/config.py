@@ -211,6 +211,29 @@ class StoreSettings(_Section):
     stalled and requests go on (recorded late, or counted as failed)."""
 
 
+START_OVER = ["/new", "new session", "start again", "start over", "continue the previous work",
+              "新会话", "重新开始", "继续之前的工作"]  # fmt: skip
+REMEMBER = ["remember this", "remember", "save", "记住", "保存"]
+
+
+class MemorySettings(_Section):
+    enabled: bool = True
+    every_turns: int = Field(8, gt=0)
+    """A session's memory is written at this many user turns, and every as many more."""
+    remember_phrases: list[str] = Field(default_factory=lambda: list(REMEMBER))
+    """A user message starting with one of these writes the memory now."""
+
+
+class RecallSettings(_Section):
+    enabled: bool = True
+    phrases: list[str] = Field(default_factory=lambda: list(START_OVER))
+    """A new conversation whose only user message starts with one of these recalls."""
+    max_tokens: int = Field(1500, gt=0)
+    max_share: float = Field(0.25, gt=0, le=0.9)
+    """Never more than this share of the model's prompt budget."""
+    memories: int = Field(3, gt=0, le=20)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HANDOFF_", env_nested_delimiter="__", extra="forbid"
@@ -223,6 +246,8 @@ class Settings(BaseSettings):
     tokens: TokenSettings = Field(default_factory=TokenSettings)
     compression: CompressionSettings = Field(default_factory=CompressionSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
 
     _toml_file: ClassVar[Path | None] = None
 

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from proxy.cli import message_view, sessions_import, sessions_resume
+from proxy.cli import memory_commands, message_view, sessions_import, sessions_resume
 from proxy.cli.progress import Progress
 from proxy.cli.session_table import session_table
 from proxy.config import load_settings
@@ -63,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sessions_resume.register(sub, common)
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
     p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
+    memory_commands.register(sub, common)
 
 
 def _store_path(args: argparse.Namespace) -> Path:
@@ -277,4 +278,6 @@ _COMMANDS = {
     "import": sessions_import.run,
     "resume": sessions_resume.run,
     "prune": _prune,
+    "remember": memory_commands.remember,
+    "recall": memory_commands.recall,
 }

@@ -38,6 +38,7 @@ from proxy.decide.cut_memory import CutMemory, conversation_key
 from proxy.decide.decision import Decision
 from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
+from proxy.decide.recall import RECALLED_HEADER, Recall, Recaller, RecallSource
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
@@ -96,6 +97,7 @@ class Engine:
         tokens: TokenCounter,
         calibration: Calibration,
         summarizers: SummarizerFactory | None = None,
+        recall: RecallSource | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -108,8 +110,46 @@ class Engine:
         self._targets: dict[tuple[str, str, int | None], _Target] = {}
         self.unknown = UnknownModels()
         self.lanes = CountLanes()
+        self.recaller = None if recall is None else Recaller(settings.recall, recall)
 
     async def plan(
+        self,
+        req: ChatRequest,
+        up: Upstream,
+        *,
+        hard_limit: int | None = None,
+        client_headers: Mapping[str, str] | None = None,
+        client: str = "",
+    ) -> Plan:
+        headers = client_headers or {}
+        recall = None
+        if self.recaller is not None:
+
+            async def cap() -> tuple[int, Callable[[str], int]]:
+                return await self._recall_cap(req, up)
+
+            recall = await self.recaller.apply(req, client, headers, cap)
+        if recall is None:
+            return await self._plan(
+                req, up, hard_limit=hard_limit, client_headers=headers, client=client
+            )
+        plan = await self._plan(
+            recall.request, up, hard_limit=hard_limit, client_headers=headers, client=client
+        )
+        return _recalled(plan, recall)
+
+    async def _recall_cap(self, req: ChatRequest, up: Upstream) -> tuple[int, Callable[[str], int]]:
+        """The recalled message's token cap for this model, and its text counter."""
+        cfg = self.settings.recall
+        info = self.registry.lookup(req.model, up.name)
+        if info is None:
+            counter = await asyncio.to_thread(self.tokens.for_model, req.model, None)
+            return cfg.max_tokens, counter.count_text
+        target = await self._target(req, up, info, None)
+        share = int(target.budget.budget * cfg.max_share)
+        return min(cfg.max_tokens, share), target.counter.count_text
+
+    async def _plan(
         self,
         req: ChatRequest,
         up: Upstream,
@@ -356,6 +396,23 @@ class Engine:
         if self.summarizers is None or not self.settings.compression.summarize.enabled:
             return None
         return self.summarizers(req, up, client_headers)
+
+
+def _recalled(plan: Plan, recall: Recall) -> Plan:
+    """``plan`` for the request with its recalled message: recorded like a compression
+    step, and said in ``x-handoff-recalled``."""
+    if plan.forwarded is None:
+        plan.forwarded = [dict(m) for m in recall.request.messages]
+    d = plan.decision
+    if d is not None:  # (a copy: the fast path's decision is shared)
+        plan.decision = dataclasses.replace(
+            d, policies=(*d.policies, "recall"), steps=(*d.steps, recall.step())
+        )
+    headers = {**plan.response_headers, RECALLED_HEADER: ",".join(recall.sessions)}
+    applied = headers.get("x-handoff-policy")
+    headers["x-handoff-policy"] = f"{applied},recall" if applied else "recall"
+    plan.headers = headers
+    return plan
 
 
 def raw_bound(req: ChatRequest) -> int | None:

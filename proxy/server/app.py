@@ -26,11 +26,15 @@ from proxy.decide.plan import Planner
 from proxy.decide.windows.discovery import fetch_model_windows
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
-from proxy.server.build import build_engine
+from proxy.server.build import build_engine, memory_refiner
 from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
 from proxy.server.exchange import chat_completions
 from proxy.server.inspect_api import add_inspect_routes
+from proxy.server.mcp_http import add_mcp_route
+from proxy.server.mcp_tools import McpWorld
+from proxy.server.memory_keeper import MemoryKeeper
 from proxy.server.metrics import Metrics
+from proxy.server.recall_source import store_recall
 from proxy.server.relay import passthrough
 from proxy.server.services import SERVICES, Services, history_cache
 from proxy.server.store_gate import StoreGate
@@ -92,9 +96,14 @@ def create_app(
     ``planner`` to the decision engine built from ``settings``."""
     router = Router(build_upstreams(settings, catch_all))
     metrics = Metrics()
-    engine = build_engine(settings, router, metrics=metrics)
     if store is None:
         store = open_store(settings)
+    reader = store.reader() if store is not None else None
+    recall = store_recall(reader) if reader is not None and settings.recall.enabled else None
+    engine = build_engine(settings, router, metrics=metrics, recall=recall)
+    keeper = None
+    if store is not None and reader is not None and settings.memory.enabled:
+        keeper = MemoryKeeper(settings, store, reader, memory_refiner(settings, router))
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )
@@ -112,6 +121,7 @@ def create_app(
         timeout=timeout,
         metrics=metrics,
         bodies=history_cache(settings),
+        memories=keeper,
     )
     app[ENGINE] = engine
     app.cleanup_ctx.append(_upstream_sessions)
@@ -122,6 +132,8 @@ def create_app(
         app.cleanup_ctx.append(_discover_windows)
     if store is not None:
         app.cleanup_ctx.append(_store_lifecycle)
+    if keeper is not None:
+        app.cleanup_ctx.append(_memory_keeper)  # (after the store: stops before it closes)
     guard = BrowserGuard.from_settings(settings.server)
     guard.install(app)
     wrap = Endpoints(settings.server.access_key, guard).wrap
@@ -131,8 +143,11 @@ def create_app(
     app.router.add_post("/chat/completions", wrap(chat_completions), expect_handler=expect)
     app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough), expect_handler=expect)
     app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
-    if store is not None:
-        add_inspect_routes(app, store.reader(), settings.server.access_key, wrap)
+    if reader is not None:
+        add_inspect_routes(app, reader, settings.server.access_key, wrap)
+    save = store.save_memory if store is not None else None
+    world = McpWorld(settings, engine, router, reader, save)
+    add_mcp_route(app, world, settings.server.access_key, wrap)
     # last: only what nothing else serves
     app.router.add_route("*", CATCH_ALL, wrap(unmatched), expect_handler=expect)
     return app
@@ -188,6 +203,15 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
         await gate.close()
     store.save_calibration(engine.calibration.snapshot())
     await store.close()
+
+
+async def _memory_keeper(app: web.Application) -> AsyncIterator[None]:
+    """The memory keeper's task: started with the app, drained and stopped before the store."""
+    keeper = app[SERVICES].memories
+    assert keeper is not None
+    keeper.start()
+    yield
+    await keeper.close()
 
 
 async def _warm_tokenizers(app: web.Application) -> AsyncIterator[None]:

@@ -9,11 +9,16 @@ from collections.abc import Mapping, Sequence
 from policies.base import Message, Summarize
 from proxy.config import Settings
 from proxy.decide.engine import Engine, SummarizerFactory
+from proxy.decide.memory_llm import MemoryWriter
+from proxy.decide.recall import RecallSource
 from proxy.decide.summarizer import Summarizer
 from proxy.decide.tokens import Calibration, TokenCounter
 from proxy.decide.windows import WindowRegistry
 from proxy.ingress.chat_request import ChatRequest
+from proxy.server.memory_keeper import RefineFactory
 from proxy.server.metrics import Metrics
+from proxy.store.base import TurnRecord
+from proxy.store.remember import Refine
 from proxy.upstream.routing import Router, Upstream
 
 
@@ -23,6 +28,7 @@ def build_engine(
     *,
     tokens: TokenCounter | None = None,
     metrics: Metrics | None = None,
+    recall: RecallSource | None = None,
 ) -> Engine:
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
     return Engine(
@@ -31,6 +37,7 @@ def build_engine(
         tokens or TokenCounter(settings.tokens.cache_size),
         Calibration(),
         summarizers=summarizer_factory(settings, router, metrics),
+        recall=recall,
     )
 
 
@@ -66,5 +73,29 @@ def summarizer_factory(
             return text
 
         return counted
+
+    return make
+
+
+def memory_refiner(settings: Settings, router: Router) -> RefineFactory | None:
+    """The LLM that refines session memories: the summarizer's upstream and model, when
+    ``compression.summarize`` is enabled; else memories stay deterministic."""
+    cfg = settings.compression.summarize
+    if not cfg.enabled:
+        return None
+
+    def make(turn: TurnRecord, client_headers: Mapping[str, str]) -> Refine | None:
+        target = router.by_name(cfg.upstream or turn.upstream)
+        if target is None or target.session is None:
+            return None
+        writer = MemoryWriter(
+            target.session,
+            target.base_url,
+            dict(target.request_headers(client_headers)),
+            cfg.model or turn.model,
+            cfg.timeout_s,
+            max(cfg.max_tokens, 1024),
+        )
+        return writer
 
     return make

@@ -267,7 +267,7 @@ def _record(
     # By position, in the fields' order: a third of the cost of 21 keywords (bench/NOTES.md).
     # test_chat_record_fields checks each lands.
     svc.store.record(
-        TurnRecord(
+        record := TurnRecord(
             workspace_for(request.headers),  # workspace
             started,  # started_at
             req.model,  # model
@@ -291,6 +291,8 @@ def _record(
             turn.json_body,  # answer
         )
     )
+    if svc.memories is not None:  # (a session's memory, when due: off the request path)
+        svc.memories.note(record, request.headers)
 
 
 chat_completions = exchange(CHAT)

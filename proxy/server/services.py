@@ -10,6 +10,7 @@ from aiohttp import web
 from proxy.config import Settings
 from proxy.decide.plan import Planner
 from proxy.ingress.incremental_parse import WORTH_REUSING, ResentBodies
+from proxy.server.memory_keeper import MemoryKeeper
 from proxy.server.metrics import Metrics
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
@@ -28,6 +29,7 @@ class Services:
     bodies: ResentBodies
     """Recent large bodies, so a resent history is not parsed again (see ``resent``),
     within ``server.history_cache_bytes``: :func:`history_cache`."""
+    memories: MemoryKeeper | None = None  # writes session memories (None: no store or off)
 
 
 def history_cache(settings: Settings) -> ResentBodies:

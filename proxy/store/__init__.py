@@ -26,6 +26,10 @@ Readers
     ``history`` (a turn's messages from its incremental encoding), ``short_ids`` (the
     shortest unique start of an id, for tables), ``durations``, ``jsonout``,
     ``limits`` (the windows upstreams named and the engine planned with).
+Memories
+    ``memories`` (a session's structured memory, one short transaction of its own, read
+    per workspace) and ``remember`` (a memory built from a session's messages, refined
+    by an LLM when one is configured).
 Export and import
     ``export`` with ``portable`` (the portable JSON format, versioned, with its upgrade),
     ``markdown``, ``anthropic_messages`` (Messages bodies, both ways) and ``ollama_chat``
@@ -53,6 +57,8 @@ reply_msg, params_msg, forwarded, decision, …)``
     Which sessions hold which message, so search finds forks too.
 ``messages_fts``, ``index_state(upto)``
     Full-text search (FTS5, when this SQLite has it), and how far it has indexed.
+``memories(session_id, workspace, updated_at, turns, source, reason, body, text)``
+    A session's memory: its sections as JSON (``body``) and the text recall inserts.
 ``calibration(key, value)``, ``writer_progress(writer, turns)``, ``_migrations(name)``
     Token-count calibration; the turns each writer process committed; the migrations
     applied.

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from proxy.decide.decision import Decision
-from proxy.store import portable, retention
-from proxy.store.base import TurnRecord
+from proxy.store import memories, portable, retention
+from proxy.store.base import MemoryRecord, TurnRecord
 from proxy.store.db import connect
 from proxy.store.errors import InvalidDocument
 from proxy.store.indexer import index_all
@@ -71,6 +71,10 @@ def import_document(path: str | Path, doc: Any, *, redact: bool = False) -> str:
             (sid, doc["workspace"], hint, doc["title"], first, first),
         )
         _write_turns(db, doc, doc["turns"], sid, redact)
+        mem = doc.get("memory")
+        if mem is not None:
+            fields = {k: mem[k] for k in portable.MEMORY_FIELDS}
+            memories.insert(db, MemoryRecord(doc["workspace"], sid, **fields))
         index_all(db)
     return str(sid)
 

@@ -72,6 +72,21 @@ class TurnRecord:
     knows that prefix without comparing it."""
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One session's structured memory, as the store keeps it (one per session, the
+    newest replacing the last)."""
+
+    workspace: str
+    session_id: str
+    memory: Mapping[str, Any]  # the sections (``policies.memory.SessionMemory.as_dict``)
+    text: str  # the memory as recall inserts it (Markdown)
+    source: str  # "digest" (built from the session) or "llm" (refined by the summarizer)
+    reason: str  # what wrote it: "turns", "compressed", "handoff", "asked", "command"
+    turns: int  # the user turns it covers
+    updated_at: float = field(default_factory=time.time)
+
+
 def settled(turn: TurnRecord) -> TurnRecord:
     """``turn`` with what its unparsed ``answer`` says read into its fields."""
     if turn.answer is None:
@@ -127,6 +142,10 @@ class Store(Protocol):
 
     async def start(self) -> None: ...
 
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """Write a session's memory, replacing its last. Blocking (one short transaction):
+        call it off the event loop, from a background task that owns it."""
+
     async def close(self) -> None:
         """Drain everything queued, then close."""
 
@@ -170,3 +189,24 @@ class StoreReader(Protocol):
     def diff(self, ref: str, n: int) -> dict[str, Any]: ...
 
     def load_calibration(self) -> dict[str, Any]: ...
+
+    def memory(self, ref: str) -> dict[str, Any] | None:
+        """The memory of session ``ref``, None when it has none yet."""
+        ...
+
+    def memories(self, workspace: str, *, query: str = "", limit: int = 5) -> list[dict[str, Any]]:
+        """``workspace``'s memories (that workspace only), the best match to ``query``
+        first and, among equals, the newest."""
+        ...
+
+    def recalled(
+        self, workspace: str, opening: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """The message recall put into the first turn of the conversation that opened with
+        ``opening`` in ``workspace``, and the sessions it named (replayed after a restart)."""
+        ...
+
+    def session_of_turn(self, workspace: str, started_at: float) -> str | None:
+        """The session the turn begun at ``started_at`` in ``workspace`` was threaded
+        into, None while it is not on disk."""
+        ...

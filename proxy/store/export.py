@@ -34,7 +34,8 @@ def export(
     """A dict (portable and the request bodies) or a string (markdown); ``progress(done,
     total)`` is told of each turn read."""
     info, turns = reader.turns(ref, turn, progress)
-    doc = portable.build(info, turns, time.time() if now is None else now)
+    memory = reader.memory(info["id"]) if fmt == "portable" else None
+    doc = portable.build(info, turns, time.time() if now is None else now, memory)
     if sent and fmt not in BODY_FORMATS:
         raise InvalidDocument("--sent", f"applies to {', '.join(BODY_FORMATS)}, not {fmt}")
     if fmt == "portable":

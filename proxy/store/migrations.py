@@ -36,6 +36,10 @@ Tables (see ``m001_initial``):
 ``writer_progress``
     How many turns the current writer process (``writer``: an id its proxy gave it) has
     committed, counted in the same transactions (see ``progress``).
+``memories``
+    One structured memory per session (``session_id``, its ``workspace``): the sections
+    as JSON ``body``, the Markdown ``text`` recall inserts, ``source`` (``digest`` or
+    ``llm``), the ``reason`` it was written and the user ``turns`` it covers.
 ``_migrations``
     The names of the migrations applied, in order.
 """
@@ -166,6 +170,25 @@ def m006_writer_progress(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE writer_progress (writer TEXT PRIMARY KEY, turns INTEGER NOT NULL)")
 
 
+def m007_memories(db: sqlite3.Connection) -> None:
+    _script(
+        db,
+        """
+        CREATE TABLE memories (
+            session_id TEXT PRIMARY KEY,
+            workspace TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            turns INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            body BLOB NOT NULL,
+            text TEXT NOT NULL
+        );
+        CREATE INDEX memories_workspace ON memories(workspace, updated_at)
+        """,
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     m001_initial,
     m002_fts,
@@ -173,6 +196,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     m004_index_state,
     m005_collapse_bases,
     m006_writer_progress,
+    m007_memories,
 )
 
 

@@ -28,9 +28,12 @@ IMPORTED = "import:"
 
 
 def build(
-    info: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], now: float
+    info: Mapping[str, Any],
+    turns: Sequence[Mapping[str, Any]],
+    now: float,
+    memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A portable document from a reader's session summary and full turns."""
+    """A portable document from a reader's session summary, full turns and memory."""
     final = _final(turns)
     stamps = _first_seen(turns, len(final))
     system = next((m.get("content") for m in final if m.get("role") == "system"), None)
@@ -49,6 +52,7 @@ def build(
         "system_prompt": system if isinstance(system, str) else None,
         "messages": [{"message": m, "timestamp": s} for m, s in zip(final, stamps, strict=True)],
         "turns": [_turn(t, final) for t in turns],
+        "memory": None if memory is None else {k: memory[k] for k in MEMORY_FIELDS},
     }
 
 
@@ -69,6 +73,9 @@ def upgrade(doc: Any) -> Any:
     if version == 1:
         doc = {**doc, "format_version": 2, "source": source_of(doc.get("name"))}
     return doc
+
+
+MEMORY_FIELDS = ("memory", "text", "source", "reason", "turns", "updated_at")
 
 
 def _final(turns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -253,6 +260,7 @@ def validate(doc: Any) -> dict[str, Any]:
     if "source" not in doc:
         raise InvalidDocument("source", "required field is missing")
     _source_check(doc["source"])
+    _memory_check(doc.get("memory"))
     for i, m in enumerate(doc["messages"]):
         _OBJ(m, f"messages[{i}]")
         if "message" not in m:
@@ -271,6 +279,17 @@ def _source_check(source: Any) -> None:
         return
     _OBJ(source, "source")
     _fields(source, {"kind": _STR, "id": _STR}, "source", optional=False)
+
+
+def _memory_check(mem: Any) -> None:
+    if mem is None:
+        return
+    _OBJ(mem, "memory")
+    spec = {
+        "memory": _OBJ, "text": _STR, "source": _STR, "reason": _STR,
+        "turns": _INT, "updated_at": _NUM,
+    }  # fmt: skip
+    _fields(mem, spec, "memory", optional=False)
 
 
 def _turn_check(doc: Mapping[str, Any], t: Any, where: str) -> None:

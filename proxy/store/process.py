@@ -36,7 +36,8 @@ from typing import IO, Any
 import orjson
 import structlog
 
-from proxy.store.base import StoreHealth, TurnRecord, age_s
+from proxy.store import memories
+from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s
 from proxy.store.calibration import load_calibration
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
@@ -98,6 +99,7 @@ class ProcessStore:
         log_format: str = "console",
     ) -> None:
         self.path = Path(path)
+        self.redact = redact
         self._argv = [
             *writer_command(), "--path", str(path),
             "--flush-interval-s", str(flush_interval_s), "--log-format", log_format,
@@ -225,6 +227,10 @@ class ProcessStore:
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self.path)
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """One short transaction of its own, beside the writer's (``memories``)."""
+        memories.save(self.path, memory, redact=self.redact)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from proxy.store import forwarded as fwd
+from proxy.store import memories
 from proxy.store.canonical import unpack_body
 from proxy.store.db import connect
 from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
@@ -295,6 +296,45 @@ class SqliteReader:
             "unchanged": ops is None,
             "entries": entries,
         }
+
+    def memory(self, ref: str) -> dict[str, Any] | None:
+        with self._db() as db:
+            return memories.of_session(db, self._resolve(db, ref))
+
+    def memories(self, workspace: str, *, query: str = "", limit: int = 5) -> list[dict[str, Any]]:
+        if self._scope and not self._sees(workspace):
+            return []
+        with self._db() as db:
+            return memories.ranked(db, workspace, search_terms(query), limit)
+
+    def session_of_turn(self, workspace: str, started_at: float) -> str | None:
+        if self._scope and not self._sees(workspace):
+            return None
+        with self._db() as db:
+            return memories.session_of_turn(db, workspace, started_at)
+
+    def recalled(
+        self, workspace: str, opening: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """The message recall inserted into the first turn of ``workspace``'s conversation
+        that opened with ``opening``, and the sessions it named; None if none did."""
+        if self._scope and not self._sees(workspace):
+            return None
+        with self._db() as db:
+            for sid in memories.recalled_openings(db, workspace, len(opening)):
+                turn = self._turn(db, sid, 1, {})
+                if turn["history"] != opening:
+                    continue
+                for step in (turn["decision"] or {}).get("steps", ()):
+                    if step.get("policy") == "recall" and turn["forwarded"]:
+                        inserted = next((m for m in turn["forwarded"] if m not in opening), None)
+                        if inserted is not None:
+                            return inserted, list(step.get("sessions", ()))
+        return None
+
+    def _sees(self, workspace: str) -> bool:
+        own, sub, end = self._scope_args
+        return workspace == own or sub <= workspace < end
 
     def load_calibration(self) -> dict[str, Any]:
         with self._db() as db:

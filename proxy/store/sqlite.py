@@ -37,8 +37,8 @@ from typing import Any
 import orjson
 import structlog
 
-from proxy.store import retention
-from proxy.store.base import StoreHealth, TurnRecord, age_s, settled
+from proxy.store import memories, retention
+from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s, settled
 from proxy.store.calibration import load_calibration, save_calibration
 from proxy.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 from proxy.store.db import connect
@@ -250,6 +250,10 @@ class SqliteStore:
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self.path)
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """One short transaction of its own, beside the writer's (``memories``)."""
+        memories.save(self.path, memory, redact=self.redact)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:

@@ -114,6 +114,7 @@ class FakeUpstream:
         stream_chunks: int = 4,
         tool_trigger: str = "tool",
         context_error_style: ContextErrorStyle = "openai",
+        canned: Mapping[str, str] | None = None,
     ) -> None:
         self.models = dict(DEFAULT_MODELS if models is None else models)
         self.count_tokens = count_tokens or estimate_tokens
@@ -124,6 +125,8 @@ class FakeUpstream:
         self.stream_chunks = stream_chunks
         self.tool_trigger = tool_trigger
         self.context_error_style: ContextErrorStyle = context_error_style
+        self.canned = dict(canned or {})
+        """Model → the content every answer of that model has (instead of an echo)."""
         self.fault: Fault | None = None
         self.extra_headers: dict[str, str] = {}
         self.faults: deque[Fault] = deque()
@@ -258,6 +261,9 @@ class FakeUpstream:
         if prompt + completion > window:
             raise context_error(self.context_error_style, window, prompt, completion)
         reply = build_completion(body, prompt, self.tool_trigger)
+        if body["model"] in self.canned:
+            for choice in reply["choices"]:
+                choice["message"]["content"] = self.canned[body["model"]]
         mid = fault if fault is not None and fault.kind in _MID_FAULTS else None
         if body.get("stream") is True:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))

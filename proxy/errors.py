@@ -1,4 +1,5 @@
-"""The errors handoff itself answers with, each rendered in OpenAI's error shape.
+"""The errors handoff itself answers with, each rendered in its route's error shape
+(OpenAI's, :func:`openai_shape`; Anthropic's on the Messages routes, :func:`anthropic_shape`).
 
 ::
 
@@ -132,6 +133,19 @@ ErrorShape = Callable[[HandoffError], dict[str, Any]]
 
 def openai_shape(err: HandoffError) -> dict[str, Any]:
     return err.body()
+
+
+_ANTHROPIC_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                    413: "request_too_large"}  # fmt: skip
+
+
+def anthropic_shape(err: HandoffError) -> dict[str, Any]:
+    """Anthropic Messages' error body: ``{"type": "error", "error": {"type", "message"}}``,
+    the type named as Anthropic names it for the status (the SDKs read only these)."""
+    kind = _ANTHROPIC_TYPES.get(err.status)
+    if kind is None:
+        kind = "invalid_request_error" if err.status < 500 else "api_error"
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
 
 
 def error_body(

@@ -43,6 +43,7 @@ from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
 from proxy.decide.windows import ModelInfo, WindowRegistry
 from proxy.ingress.chat_request import ChatRequest
+from proxy.upstream.anthropic_stream import prompt_tokens
 from proxy.upstream.routing import Upstream
 
 log = structlog.get_logger("handoff.engine")
@@ -180,6 +181,8 @@ class Engine:
         if decision is None or not isinstance(usage, Mapping):
             return
         actual = usage.get("prompt_tokens")
+        if not isinstance(actual, int):  # Anthropic's (or Responses') names
+            actual = prompt_tokens(usage)
         if not isinstance(actual, int):
             return
         raw = plan.raw_tokens

@@ -22,7 +22,7 @@ from aiohttp import web
 from proxy.decide.plan import Plan
 from proxy.errors import HandoffError, StoreUnavailable
 from proxy.ingress.chat_request import ChatRequest
-from proxy.server.formats import CHAT, WireFormat
+from proxy.server.formats import ANTHROPIC, CHAT, WireFormat
 from proxy.server.request_body import read_limited
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES, Services
@@ -83,7 +83,7 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
     req = fmt.parse(raw, svc.bodies)
-    up = svc.router.route(req.model)
+    up = svc.router.route(req.model, fmt.upstream_kind)
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)
     if svc.store is not None and svc.settings.store.required and not svc.store.health().ok:
@@ -113,8 +113,10 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
             decision=plan.decision.action if plan.decision else None,
             bytes_out=turn.bytes_out,
         )
-        if svc.settings.server.log_content or (
-            turn.json_body is not None and svc.planner.wants_usage(plan)
+        if (
+            svc.settings.server.log_content
+            or fmt is not CHAT  # the store's writer reads chat answers only
+            or (turn.json_body is not None and svc.planner.wants_usage(plan))
         ):
             turn.settle(fmt)  # else the store's writer parses the answer, if it is recorded
         if turn.usage is not None:
@@ -130,7 +132,7 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
         # Recorded once this task yields, so after the response is written: a chat client
         # waiting for its answer does not wait for the store's bookkeeping too.
         asyncio.get_running_loop().call_soon(
-            _record, svc, request, req, up, plan, turn, started, latency_ms
+            _record, svc, request, fmt, req, up, plan, turn, started, latency_ms
         )
 
 
@@ -254,6 +256,7 @@ def _not_kept(turn: _Turn, limit: int) -> dict[str, Any]:
 def _record(
     svc: Services,
     request: web.Request,
+    fmt: WireFormat,
     req: ChatRequest,
     up: Upstream,
     plan: Plan,
@@ -264,6 +267,9 @@ def _record(
     if svc.store is None:
         return
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    if hint is None and fmt.session_header is not None:
+        hint = request.headers.get(fmt.session_header, "").strip()[:256] or None
+    own = fmt is CHAT  # another format's body is not chat-shaped: its parse travels
     # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
     # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
     svc.store.record(
@@ -286,12 +292,16 @@ def _record(
             turn.cancelled,  # cancelled
             turn.raw,  # raw_response
             request_params(req.body),  # request_params
-            req.raw,  # raw_request
-            req.resends,  # resends
+            req.raw if own else None,  # raw_request
+            req.resends if own else None,  # resends
             turn.json_body,  # answer
+            wire=fmt.name,
         )
     )
 
 
 chat_completions = exchange(CHAT)
 """``POST /v1/chat/completions`` (and ``/chat/completions``)."""
+
+anthropic_messages = exchange(ANTHROPIC)
+"""``POST /v1/messages`` (Anthropic Messages, ``?beta=true`` passed on)."""

@@ -12,10 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.errors import ErrorShape, openai_shape
+from proxy.errors import ErrorShape, anthropic_shape, openai_shape
+from proxy.ingress.anthropic_messages import parse_messages
 from proxy.ingress.chat_completions import parse_chat
 from proxy.ingress.chat_request import ChatRequest
 from proxy.ingress.incremental_parse import ResentBodies
+from proxy.upstream.anthropic_stream import MessageAssembler, overflow_limit, read_message
 from proxy.upstream.overflow import context_limit
 from proxy.upstream.sse import ReplyAssembler, read_answer
 
@@ -55,6 +57,10 @@ class WireFormat:
     context_limit: Callable[[int, bytes], int | None]
     """The window an overflow answer names (0: unnamed), None when it is not one."""
     error_shape: ErrorShape = openai_shape
+    upstream_kind: str = "openai"
+    """Which upstreams (``[[upstreams]] kind``) requests in this format are routed to."""
+    session_header: str | None = None
+    """A header the format's clients name their session in (threads the store's turns)."""
 
 
 CHAT = WireFormat(
@@ -66,3 +72,17 @@ CHAT = WireFormat(
     read_answer=read_answer,
     context_limit=context_limit,
 )
+
+ANTHROPIC = WireFormat(
+    name="anthropic",
+    route="/v1/messages",
+    upstream_path="/messages",
+    parse=parse_messages,
+    assembler=MessageAssembler,
+    read_answer=read_message,
+    context_limit=overflow_limit,
+    error_shape=anthropic_shape,
+    upstream_kind="anthropic",
+    session_header="x-claude-code-session-id",
+)
+"""Anthropic Messages (``POST /v1/messages``), routed to ``kind = "anthropic"`` upstreams."""

@@ -73,7 +73,7 @@ def encode_turn(turn: TurnRecord) -> Job:
         turn.latency_ms, turn.streamed, turn.session_hint,
         turn.decision and turn.decision.as_list(), turn.forwarded,
         turn.reply, turn.usage, turn.finish_reason, turn.error, turn.cancelled,
-        turn.answer is not None,
+        turn.answer is not None, turn.wire,
     ]  # fmt: skip
     if not body:
         meta += (turn.messages, turn.request_params)
@@ -193,7 +193,8 @@ def _turn(
     """The record, built by position (as ``chat`` builds it: 21 keywords cost three times
     the instructions)."""
     (workspace, started_at, model, upstream, status, latency_ms, streamed, hint, decision,
-     forwarded, reply, usage, finish_reason, error, cancelled, answer, *extra) = values  # fmt: skip
+     forwarded, reply, usage, finish_reason, error, cancelled, answer, wire,
+     *extra) = values  # fmt: skip
     if parsed is not None:
         messages, params = parsed["messages"], request_params(parsed)
     else:
@@ -207,5 +208,5 @@ def _turn(
     return TurnRecord(
         workspace, started_at, model, upstream, messages, status, latency_ms, streamed,
         hint, decision, forwarded, reply, usage, finish_reason, error, cancelled,
-        raw_response, params, extends=extends,
+        raw_response, params, extends=extends, wire=wire,
     )  # fmt: skip

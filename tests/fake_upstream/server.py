@@ -13,6 +13,7 @@ from typing import Any, Literal
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from tests.fake_upstream.anthropic import MessagesFake, answer_count, answer_messages
 from tests.fake_upstream.constants import (
     CREATED,
     DEFAULT_CONTEXT_WINDOW,
@@ -134,6 +135,8 @@ class FakeUpstream:
         self._stop: Callable[[], Awaitable[None]] | None = None
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
+        self.anthropic = MessagesFake(windows=self.models)
+        """The Anthropic Messages routes' settings and script (``tests.fake_upstream.anthropic``)."""
 
     # -- wiring
 
@@ -143,6 +146,8 @@ class FakeUpstream:
         app[FAKE_KEY] = self
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_messages)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model}", self._model)
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
@@ -213,6 +218,14 @@ class FakeUpstream:
             ),
             **self.extra_headers,
         }
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        return await answer_messages(self.anthropic, _json_or_none(recorded.body), request)
+
+    async def _count_messages(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        return await answer_count(self.anthropic, _json_or_none(recorded.body))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         recorded = await self._record(request)
@@ -392,3 +405,10 @@ def _abort(request: web.Request) -> None:
     if request.transport is not None:
         request.transport.abort()
     raise _Aborted
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None

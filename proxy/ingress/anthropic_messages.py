@@ -195,6 +195,9 @@ def _str(value: Any) -> str:
 # ---------------------------------------------------------------------------- render
 
 
+_KEEP = "system"  # a piece that is a whole role: "system" message
+
+
 @dataclass(slots=True)
 class _Piece:
     role: str
@@ -221,8 +224,7 @@ def render(
         if src.kind == "system":
             continue  # the top-level system is sent as the client wrote it
         if src.kind == "keep":
-            _flush(pieces, client, out)
-            out.append(client[src.index])
+            pieces.append(_Piece(_KEEP, client[src.index], None))
             continue
         same = msg is req.messages[origin]
         pieces.extend(_pieces(src, client[src.index], msg if not same else None))
@@ -322,15 +324,25 @@ def _back(original: Any, new: Any) -> Any:
 
 def _flush(pieces: list[_Piece], client: Sequence[Mapping[str, Any]], out: list[Any]) -> None:
     """Write ``pieces`` as messages, merging a role's run into one (tool results first);
-    a run that is exactly one client message's blocks is that message as it came."""
+    a run that is exactly one client message's blocks is that message as it came. A
+    ``role: "system"`` message stays where it stood, or, when the messages around it
+    merge, just after them."""
     run: list[_Piece] = []
+    held: list[Any] = []
     for piece in pieces:
+        if piece.role == _KEEP:
+            held.append(piece.block)
+            continue
         if run and piece.role != run[-1].role:
             out.append(_message(run, client))
             run = []
+        if not run:
+            out.extend(held)
+            held = []
         run.append(piece)
     if run:
         out.append(_message(run, client))
+    out.extend(held)
     pieces.clear()
 
 

@@ -211,3 +211,22 @@ async def test_count_tokens(fake_upstream_factory: Any, make_proxy: MakeProxy) -
     raw = await client.messages.with_raw_response.count_tokens(model=SMALL, messages=history)  # type: ignore[arg-type]
     assert raw.headers["x-handoff-count"] == "approximate"
     assert 0 < (await raw.parse()).input_tokens < 6000
+
+
+async def test_long_context_beta_widens_the_window(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """Claude Sonnet 4.5 is budgeted at 1M tokens when the request asks for the beta."""
+    _, client = await _setup(fake_upstream_factory, make_proxy)
+    ask = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    plain = await client.messages.with_raw_response.create(**ask)  # type: ignore[arg-type]
+    wide = await client.messages.with_raw_response.create(
+        **ask,  # type: ignore[arg-type]
+        extra_headers={"anthropic-beta": "context-1m-2025-08-07"},
+    )
+    assert plain.headers["x-handoff-window"] == "200000"
+    assert wide.headers["x-handoff-window"] == "1000000"

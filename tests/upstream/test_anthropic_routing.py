@@ -24,7 +24,7 @@ def test_kind_routes_and_the_catch_all_serves_both(monkeypatch: pytest.MonkeyPat
                 "kind": "anthropic",
                 "api_key_env": "ANT_KEY",
             },
-        ]  # fmt: skip
+        ]
     )
     router = Router(build_upstreams(settings))
     assert router.route("claude-sonnet-4-5", "anthropic").name == "ant"
@@ -46,7 +46,7 @@ def test_configured_key_goes_as_x_api_key() -> None:
             "anthropic-version": "2023-06-01",
             "anthropic-beta": "context-1m-2025-08-07",
             "x-handoff-key": "local",
-        }  # fmt: skip
+        }
     )
     out = up.request_headers(incoming)
     assert out.getall("x-api-key") == ["sk-ant-secret"] and "Authorization" not in out

@@ -14,6 +14,7 @@
     │   ├── BodyTooLarge             413 body over server.max_body_bytes
     │   ├── UnsupportedEncoding      415 a Content-Encoding handoff cannot decompress
     │   ├── MisdirectedHost          421 a Host this handoff does not answer to
+    │   ├── WebSocketRefused         426 a WebSocket upgrade (Codex then falls back to HTTP)
     │   └── HeadTooLarge             431 a line or header over 8,190 bytes, over 128 headers
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
@@ -95,6 +96,11 @@ class MalformedHttp(ClientError):
 class UnsupportedEncoding(ClientError):
     status = 415
     code = "unsupported_content_encoding"
+
+
+class WebSocketRefused(ClientError):
+    status = 426
+    code = "websocket_not_supported"
 
 
 class HeadTooLarge(ClientError):

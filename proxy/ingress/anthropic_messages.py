@@ -61,6 +61,7 @@ def parse_messages(raw: bytes, bodies: ResentBodies | None = None) -> ChatReques
         body=chat_body,
         raw=raw,
         render=partial(render, body, tuple(sources)),
+        params={k: v for k, v in body.items() if k not in ("messages", "model")},
     )
 
 

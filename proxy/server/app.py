@@ -30,10 +30,11 @@ from proxy.server.browser_guard import BrowserGuard
 from proxy.server.build import build_engine, open_store
 from proxy.server.count_tokens import count_tokens
 from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
-from proxy.server.exchange import anthropic_messages, chat_completions
+from proxy.server.exchange import anthropic_messages, chat_completions, responses
 from proxy.server.inspect_api import add_inspect_routes
 from proxy.server.metrics import Metrics
 from proxy.server.relay import passthrough
+from proxy.server.responses_socket import responses_get
 from proxy.server.services import SERVICES, Services, history_cache
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
@@ -137,6 +138,8 @@ def create_app(
     app.router.add_post("/v1/messages", messages, expect_handler=expect)
     counting = wrap(count_tokens, shape=anthropic_shape)
     app.router.add_post("/v1/messages/count_tokens", counting, expect_handler=expect)
+    app.router.add_post("/v1/responses", wrap(responses), expect_handler=expect)
+    app.router.add_get("/v1/responses", wrap(responses_get), expect_handler=expect)
     app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough), expect_handler=expect)
     app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
     if isinstance(store, SqliteStore | ProcessStore):

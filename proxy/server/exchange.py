@@ -22,7 +22,7 @@ from aiohttp import web
 from proxy.decide.plan import Plan
 from proxy.errors import HandoffError, StoreUnavailable
 from proxy.ingress.chat_request import ChatRequest
-from proxy.server.formats import ANTHROPIC, CHAT, WireFormat
+from proxy.server.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.server.request_body import read_limited
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES, Services
@@ -95,7 +95,9 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     if svc.gate is not None and svc.gate.must_wait():
         fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
     workspace = workspace_for(request.headers)
-    plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+    plan = fmt.own_plan(req) if fmt.own_plan is not None else None
+    if plan is None:
+        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
     try:
         return await _exchange(request, svc, fmt, req, up, plan, turn)
@@ -115,7 +117,7 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
         )
         if (
             svc.settings.server.log_content
-            or fmt is not CHAT  # the store's writer reads chat answers only
+            or req.params is not None  # the store's writer reads chat answers only
             or (turn.json_body is not None and svc.planner.wants_usage(plan))
         ):
             turn.settle(fmt)  # else the store's writer parses the answer, if it is recorded
@@ -206,8 +208,15 @@ async def _relay_sse(
     outcome = StreamOutcome()
     try:
         return await relay_stream(request, up, resp, plan.response_headers, tee, outcome)
+    except (ConnectionResetError, asyncio.CancelledError):
+        if not assembler.complete:
+            raise
+        # The client left after the answer's end (Codex hangs up on response.completed):
+        # its turn is whole. The response was sent; aiohttp needs nothing more from it.
+        outcome.cancelled = False
+        return web.StreamResponse(status=turn.status)
     finally:
-        turn.cancelled = outcome.cancelled
+        turn.cancelled = outcome.cancelled and not assembler.complete
         turn.bytes_out = outcome.bytes_out
         turn.reply = assembler.reply()
         turn.usage = dict(assembler.usage) if assembler.usage is not None else None
@@ -267,9 +276,9 @@ def _record(
     if svc.store is None:
         return
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
-    if hint is None and fmt.session_header is not None:
-        hint = request.headers.get(fmt.session_header, "").strip()[:256] or None
-    own = fmt is CHAT  # another format's body is not chat-shaped: its parse travels
+    if not request.headers.get("x-handoff-session", "").strip():
+        hint = _client_session(request, fmt) or hint
+    params = request_params(req.body) if req.params is None else dict(req.params)
     # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
     # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
     svc.store.record(
@@ -291,17 +300,29 @@ def _record(
             turn.error,  # error
             turn.cancelled,  # cancelled
             turn.raw,  # raw_response
-            request_params(req.body),  # request_params
-            req.raw if own else None,  # raw_request
-            req.resends if own else None,  # resends
+            params,  # request_params
+            req.raw if req.params is None else None,  # raw_request: a chat body's only
+            req.resends,  # resends
             turn.json_body,  # answer
-            wire=fmt.name,
+            None,  # extends
+            fmt.name,  # wire
         )
     )
 
 
+def _client_session(request: web.Request, fmt: WireFormat) -> str | None:
+    """The session id the client names in its format's own header, if any."""
+    for name in fmt.session_headers:
+        value = request.headers.get(name, "").strip()
+        if value:
+            return value[:256]
+    return None
+
+
 chat_completions = exchange(CHAT)
 """``POST /v1/chat/completions`` (and ``/chat/completions``)."""
+responses = exchange(RESPONSES)
+"""``POST /v1/responses``."""
 
 anthropic_messages = exchange(ANTHROPIC)
 """``POST /v1/messages`` (Anthropic Messages, ``?beta=true`` passed on)."""

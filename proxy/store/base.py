@@ -71,8 +71,8 @@ class TurnRecord:
     very objects (the writer's decode builds it so). A cache holding ``earlier`` then
     knows that prefix without comparing it."""
     wire: str = "chat"
-    """The wire format the client spoke (``chat``, ``anthropic``…); ``messages``, the
-    reply and ``forwarded`` are chat-shaped whatever it was."""
+    """The wire format the client spoke (``chat``, ``responses``, ``anthropic``): the
+    messages are chat-shaped whatever it was, and an export writes them back in it."""
 
 
 def settled(turn: TurnRecord) -> TurnRecord:

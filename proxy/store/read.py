@@ -239,7 +239,8 @@ class SqliteReader:
         row = db.execute(
             "SELECT id, seq, started_at, model, upstream, status, latency_ms, streamed, cancelled,"
             " n_messages, decision, forwarded, usage, finish_reason, error, handoff_from,"
-            " reply_msg, params_msg, raw_response FROM turns WHERE session_id = ? AND seq = ?",
+            " reply_msg, params_msg, raw_response, wire FROM turns"
+            " WHERE session_id = ? AND seq = ?",
             (sid, n),
         ).fetchone()
         if row is None:
@@ -257,6 +258,7 @@ class SqliteReader:
             None if ops is None else fwd.decode(ops, history, lambda i: orjson.loads(bodies[i]))
         )
         out["forwarded_ops"] = ops
+        out["wire"] = row[19]
         out["reply"] = orjson.loads(bodies[row[16]]) if row[16] is not None else None
         out["request_params"] = orjson.loads(bodies[row[17]]) if row[17] is not None else {}
         out["raw_response"] = None if row[18] is None else bytes(row[18]).decode("utf-8", "replace")

@@ -63,8 +63,8 @@ against 24,700 as objects (callgrind, a 1 KB turn)."""
 
 def encode_turn(turn: TurnRecord) -> Job:
     """The turn as a job. Its meta is the :data:`_FIELDS`, then whether the last part is
-    a non-streamed answer (not SSE bytes), then, only for a turn without its request
-    body, the messages and request parameters."""
+    a non-streamed answer (not SSE bytes), the wire format, then, only for a turn
+    without its request body, the messages and request parameters."""
     if turn.answer is not None and turn.raw_response is not None:
         turn = settled(turn)  # (cannot be: an answer is a stream's or not; be safe anyway)
     body = turn.raw_request or b""

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.upstream.sse import _event_end
+from proxy.upstream.sse import event_end
 
 Answer = tuple[dict[str, Any] | None, str | None, dict[str, Any] | None, dict[str, Any] | None]
 
@@ -38,10 +38,15 @@ class MessageAssembler:
         self.error: dict[str, Any] | None = None
         self.stopped = False
 
+    @property
+    def complete(self) -> bool:
+        """Whether ``message_stop`` has arrived: a client leaving after it had its turn."""
+        return self.stopped
+
     def feed(self, data: bytes) -> None:
         self._buf += data
         while True:
-            cut = _event_end(self._buf)
+            cut = event_end(self._buf)
             if cut is None:
                 return
             event, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]

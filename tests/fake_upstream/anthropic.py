@@ -12,6 +12,7 @@ when the newest user text holds the fake's tool trigger; streamed as real SSE.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
@@ -56,6 +57,8 @@ class MessagesFake:
     tool_trigger: str = "use a tool"
     script: list[list[dict[str, Any]]] = field(default_factory=list)
     """Replies' content blocks to give in order before the default replies."""
+    linger: float = 0.0
+    """Seconds a stream stays open after ``message_stop``."""
 
     def window(self, model: str) -> int:
         return self.windows.get(model, self.default_window)
@@ -285,6 +288,8 @@ async def answer_messages(
     await resp.prepare(request)
     for frame in events(msg):
         await resp.write(frame)
+    if fake.linger:
+        await asyncio.sleep(fake.linger)
     await resp.write_eof()
     return resp
 

@@ -230,3 +230,28 @@ async def test_long_context_beta_widens_the_window(
     )
     assert plain.headers["x-handoff-window"] == "200000"
     assert wide.headers["x-handoff-window"] == "1000000"
+
+
+async def test_hanging_up_after_message_stop_is_a_whole_turn(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """A client that leaves once ``message_stop`` arrived (the upstream still open) had
+    its whole answer: recorded complete, not cancelled."""
+    store = ListStore()
+    up, client = await _setup(fake_upstream_factory, make_proxy, store, linger=2.0)
+    url = str(client.base_url).rstrip("/") + "/v1/messages"
+    ask = {"model": ROOMY, "max_tokens": 10, "stream": True,
+           "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    async with aiohttp.ClientSession() as http, http.post(url, json=ask) as resp:
+        seen = b""
+        async for chunk in resp.content.iter_any():
+            seen += chunk
+            if b"message_stop" in seen:
+                break
+    for _ in range(100):
+        if store.turns:
+            break
+        await asyncio.sleep(0.02)
+    turn = store.turns[-1]
+    assert not turn.cancelled and turn.reply is not None and turn.reply["content"] == "ok"
+    assert turn.finish_reason == "end_turn" and up.requests[-1].path == "/v1/messages"

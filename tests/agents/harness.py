@@ -219,14 +219,24 @@ def run_agent(aiohttp_server: AiohttpServer, tmp_path: Path) -> RunAgent:
     return go
 
 
+def message_text(message: Mapping[str, Any]) -> str:
+    """A message's text: its string content, or its text parts joined (Qwen Code sends
+    tool results as a list of parts)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
 def newest_tool_result_whole(body: Mapping[str, Any], files: Mapping[str, str]) -> str | None:
     """None if the newest message, when it is a tool result, holds its file whole (each
     line of it, the CLI's own line numbering aside); else what is missing."""
     last = body["messages"][-1]
     if last.get("role") != "tool":
         return None
-    content = last.get("content")
-    text = content if isinstance(content, str) else str(content)
+    text = message_text(last)
     for path, body_text in files.items():
         if Path(path).name in text or body_text.splitlines()[0] in text:
             missing = [line for line in body_text.splitlines() if line not in text]

@@ -31,6 +31,8 @@ from tests.agents.scripted import ChatScript, Script, ScriptedUpstream, ToolTask
 HERE = Path(__file__).resolve().parent
 BIN = HERE / "node_modules" / ".bin"
 API_KEY = "sk-agents-test-key"
+EXCHANGES = ("/chat/completions", "/v1/messages", "/v1/responses")
+"""Paths whose answers are recorded turns (count_tokens is not one)."""
 
 
 def cli_path(name: str) -> Path:
@@ -102,6 +104,7 @@ class RunAgent(Protocol):
         timeout_s: float = 90.0,
         scripts: Mapping[str, Script] | None = None,
         max_output_tokens: int = 1024,
+        upstream_kind: str = "openai",
     ) -> Awaitable[AgentRun]: ...
 
 
@@ -173,6 +176,7 @@ def run_agent(aiohttp_server: AiohttpServer, tmp_path: Path) -> RunAgent:
         timeout_s: float = 90.0,
         scripts: Mapping[str, Script] | None = None,
         max_output_tokens: int = 1024,
+        upstream_kind: str = "openai",
     ) -> AgentRun:
         binary = cli_path(cli)
         upstream = ScriptedUpstream(
@@ -183,7 +187,14 @@ def run_agent(aiohttp_server: AiohttpServer, tmp_path: Path) -> RunAgent:
         upstream.url = str(up.make_url("/v1"))
         db = tmp_path / "handoff.db"
         settings = Settings(
-            upstreams=[{"name": "scripted", "base_url": upstream.url, "models": ["*"]}],
+            upstreams=[
+                {
+                    "name": "scripted",
+                    "base_url": upstream.url,
+                    "models": ["*"],
+                    "kind": upstream_kind,
+                }
+            ],
             models={
                 task.model: {
                     "context_window": task.window,
@@ -212,7 +223,7 @@ def run_agent(aiohttp_server: AiohttpServer, tmp_path: Path) -> RunAgent:
         workdir.mkdir(exist_ok=True)
         code, out, err = await _run([str(binary), *args], env, workdir, timeout_s)
         reader = SqliteReader(db)
-        chats = sum(1 for _, path, _ in statuses if path.endswith("/chat/completions"))
+        chats = sum(1 for _, path, _ in statuses if path.endswith(EXCHANGES))
         sessions, turns = await asyncio.to_thread(_store_turns, reader, chats)
         return AgentRun(code, out, err, upstream, statuses, turns, reader, sessions)
 

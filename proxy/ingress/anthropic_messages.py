@@ -47,8 +47,9 @@ class Source:
 
 
 def parse_messages(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
-    """A Messages request as a :class:`ChatRequest` that renders back in its own shape."""
-    body, _ = parse_json_object(raw, None, _check)
+    """A Messages request as a :class:`ChatRequest` that renders back in its own shape;
+    ``bodies`` reuses the parse of the history a resent body repeats."""
+    body, resends = parse_json_object(raw, bodies, _check)
     messages, sources = chat_view(body, len(raw) // 4)
     chat_body: dict[str, Any] = {k: v for k, v in body.items() if k not in ("system", "tools")}
     chat_body["messages"] = messages
@@ -60,6 +61,7 @@ def parse_messages(raw: bytes, bodies: ResentBodies | None = None) -> ChatReques
         messages=tuple(messages),
         body=chat_body,
         raw=raw,
+        resends=resends,
         render=partial(render, body, tuple(sources)),
         params={k: v for k, v in body.items() if k not in ("messages", "model")},
     )
@@ -399,7 +401,7 @@ def _check(body: dict[str, Any], reused: int) -> None:
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise InvalidRequest("messages: Field required (an array of messages)", param="messages")
-    for i, msg in enumerate(messages):
+    for i, msg in enumerate(messages, reused):  # (only those not reused from a body seen)
         _check_message(i, msg)
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):

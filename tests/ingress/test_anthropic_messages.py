@@ -22,6 +22,7 @@ from policies.last_resort import LAST_RESORT
 from proxy.errors import InvalidRequest
 from proxy.ingress.anthropic_clearing import PLACEHOLDER
 from proxy.ingress.anthropic_messages import parse_messages
+from proxy.ingress.incremental_parse import ResentBodies
 from tests.fake_upstream.anthropic import signature, validate
 from tests.policies.test_chain import default_chain
 from tests.strategies import count
@@ -237,3 +238,31 @@ def test_bad_requests_are_refused_by_name(body: bytes, says: str) -> None:
     """What handoff cannot read is a 400 naming the field."""
     with pytest.raises(InvalidRequest, match=says):
         parse_messages(body)
+
+
+def test_a_resent_history_reuses_its_parse() -> None:
+    """Each turn resending the last one's history is parsed only for its new messages
+    (``resends``), and reads as a fresh parse does."""
+    bodies = ResentBodies()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start " * 20_000}]
+    for t in range(4):
+        messages += [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"t{t}", "name": "R", "input": {"n": t}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"t{t}", "content": f"result {t} " * 500}
+                ],
+            },
+        ]
+        raw = orjson.dumps({"model": "m", "max_tokens": 10, "messages": messages})
+        req = parse_messages(raw, bodies)
+        fresh = parse_messages(raw)
+        assert req.messages == fresh.messages and req.body == fresh.body
+        assert (req.resends is not None) == (t > 0)
+        assert orjson.loads(req.rendered(req.messages, range(len(req.messages)))) == orjson.loads(
+            raw
+        )

@@ -195,6 +195,12 @@ async def test_errors_in_anthropic_shape(fake_upstream_factory: Any, make_proxy:
             assert resp.status == 400
             body = await resp.json()
     assert body["type"] == "error" and "not valid JSON" in body["error"]["message"]
+    async with aiohttp.ClientSession() as http:
+        broken = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        async with http.post(url, data=b"not gzip at all", headers=broken) as resp:
+            assert resp.status == 400
+            unreadable = await resp.json()
+    assert unreadable["type"] == "error" and unreadable["error"]["type"] == "invalid_request_error"
     assert not [r for r in up.requests if r.path.startswith("/v1/messages")]  # none went on
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from proxy.store import markdown, portable
@@ -13,10 +14,16 @@ FORMATS: tuple[Format, ...] = ("portable", "openai", "markdown")
 
 
 def export(
-    reader: StoreReader, ref: str, fmt: Format, turn: int | None = None, now: float | None = None
+    reader: StoreReader,
+    ref: str,
+    fmt: Format,
+    turn: int | None = None,
+    now: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any] | str:
-    """A dict (portable, openai) or a string (markdown)."""
-    info, turns = reader.turns(ref, turn)
+    """A dict (portable, openai) or a string (markdown); ``progress(done, total)`` is told
+    of each turn read."""
+    info, turns = reader.turns(ref, turn, progress)
     doc = portable.build(info, turns, time.time() if now is None else now)
     if fmt == "portable":
         return doc

@@ -5,6 +5,7 @@ non-alternating roles and over-long prompts as the real API does."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -12,7 +13,8 @@ import anthropic
 import orjson
 import pytest
 
-from proxy.store.base import StoreHealth, TurnRecord
+from proxy.store.base import TurnRecord
+from proxy.store.sqlite import SqliteStore
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
 from tests.fake_upstream.anthropic import signature
@@ -21,26 +23,16 @@ SMALL = "claude-small"  # handoff's window for it: 6,000 tokens
 ROOMY = "claude-roomy"
 
 
-class ListStore:
-    """A store that keeps its records in a list (to read what the proxy records)."""
+class ListStore(SqliteStore):
+    """The real SQLite store, also keeping each record it is handed (as the proxy built it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, flush_interval_s=0.05)
         self.turns: list[TurnRecord] = []
 
     def record(self, turn: TurnRecord) -> None:
         self.turns.append(turn)
-
-    def health(self) -> StoreHealth:
-        return StoreHealth(ok=True, path=":memory:")
-
-    def lag_s(self) -> float:
-        return 0.0
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
+        super().record(turn)
 
 
 async def _setup(
@@ -106,11 +98,11 @@ async def test_fitting_request_goes_as_it_came(
 
 
 async def test_long_tool_loop_is_compressed_in_anthropic_shape(
-    fake_upstream_factory: Any, make_proxy: MakeProxy
+    fake_upstream_factory: Any, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
     """Over the window, the fake (strict on pairs, roles and signatures) accepts what
     handoff sends: system pinned, newest tool result whole, thinking byte-identical."""
-    store = ListStore()
+    store = ListStore(tmp_path / "h.db")
     up, client = await _setup(fake_upstream_factory, make_proxy, store)
     history = _history(8)
     system = [
@@ -140,13 +132,21 @@ async def test_long_tool_loop_is_compressed_in_anthropic_shape(
     assert turn.decision is not None and turn.decision.action == "compressed"
     assert turn.forwarded is not None and turn.reply is not None
     assert turn.usage is not None and turn.usage["input_tokens"] > 0
+    for _ in range(100):  # and on disk, as a Messages turn with what was sent
+        sessions = store.reader().list_sessions()
+        if sessions:
+            break
+        await asyncio.sleep(0.05)
+    stored = store.reader().turn(sessions[0]["id"], 1)
+    assert stored["wire"] == "anthropic" and stored["forwarded"] is not None
+    assert stored["request_params"]["system"] == system
 
 
 async def test_stream_relayed_and_assembled(
-    fake_upstream_factory: Any, make_proxy: MakeProxy
+    fake_upstream_factory: Any, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
     """A streamed tool-use answer reaches the SDK whole; the store gets the tool call."""
-    store = ListStore()
+    store = ListStore(tmp_path / "h.db")
     _, client = await _setup(fake_upstream_factory, make_proxy, store)
     async with client.messages.stream(
         model=ROOMY, max_tokens=100, messages=[{"role": "user", "content": "please use a tool"}],
@@ -239,11 +239,11 @@ async def test_long_context_beta_widens_the_window(
 
 
 async def test_hanging_up_after_message_stop_is_a_whole_turn(
-    fake_upstream_factory: Any, make_proxy: MakeProxy
+    fake_upstream_factory: Any, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
     """A client that leaves once ``message_stop`` arrived (the upstream still open) had
     its whole answer: recorded complete, not cancelled."""
-    store = ListStore()
+    store = ListStore(tmp_path / "h.db")
     up, client = await _setup(fake_upstream_factory, make_proxy, store, linger=2.0)
     url = str(client.base_url).rstrip("/") + "/v1/messages"
     ask = {"model": ROOMY, "max_tokens": 10, "stream": True,

@@ -26,6 +26,7 @@ from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
 from proxy.store.history import Memo, history_ids, load_messages
 from proxy.store.messages import message_text
 from proxy.store.migrations import has_fts
+from proxy.upstream.anthropic_stream import prompt_tokens
 
 _SESSION_COLS = """s.id, s.workspace, s.hint, s.title, s.created_at, s.updated_at,
     s.parent_session, s.parent_turn,
@@ -311,6 +312,15 @@ def _expand(ops: list[fwd.Op]) -> list[bool]:
     return out
 
 
+def _prompt_tokens(usage: Any) -> int | None:
+    """The prompt's size in a usage: OpenAI's ``prompt_tokens``, else input tokens
+    (Anthropic's with its cache read and creation, Responses' as given)."""
+    if not isinstance(usage, dict):
+        return None
+    named = usage.get("prompt_tokens")
+    return named if isinstance(named, int) else prompt_tokens(usage)
+
+
 def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
     (
         seq,
@@ -353,7 +363,7 @@ def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
         "dropped": sum(e["op"] == "drop" for e in entries),
         "inserted": sum(e["op"] == "insert" for e in entries),
         "usage": (u := _loads(usage)),
-        "prompt_tokens": u.get("prompt_tokens") if isinstance(u, dict) else None,
+        "prompt_tokens": _prompt_tokens(u),
         "finish_reason": finish,
         "error": _loads(error),
         "handoff": {"from": handoff_from, "to": model} if handoff_from else None,

@@ -140,6 +140,7 @@ async def test_long_tool_loop_is_compressed_in_anthropic_shape(
     stored = store.reader().turn(sessions[0]["id"], 1)
     assert stored["wire"] == "anthropic" and stored["forwarded"] is not None
     assert stored["request_params"]["system"] == system
+    assert stored["prompt_tokens"] == turn.usage["input_tokens"]  # (+ cache read, creation)
 
 
 async def test_stream_relayed_and_assembled(

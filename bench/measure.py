@@ -14,6 +14,7 @@ from bench.clients import LoadGen, Wrk
 from bench.procs import Replicas, Server, cpu_seconds, memory_kb, reset_peak, settle
 
 CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
 
 
 @dataclass(frozen=True)
@@ -154,12 +155,15 @@ def warm(b: Bench, targets: Sequence[Server]) -> None:
                  body_file=b.bodies["stream"], requests=2, seconds=b.plan.step_seconds)  # fmt: skip
 
 
-def cpu_per_request(b: Bench, fwd: Server | Replicas, handoff: Server | Replicas, body: str) -> Row:
-    """Server CPU time ÷ requests at modest concurrency, from ``/proc``."""
+def cpu_per_request(
+    b: Bench, fwd: Server | Replicas, handoff: Server | Replicas, body: str, path: str = CHAT
+) -> Row:
+    """Server CPU time ÷ requests at modest concurrency, from ``/proc``; ``path`` names the
+    route (Chat Completions, or Anthropic Messages for the ``messages-…`` bodies)."""
 
     def once(t: Server) -> float:
         before = cpu_seconds(t.pid)
-        r = b.lg.run(op="closed", port=t.port, path=CHAT, body_file=b.bodies[body],
+        r = b.lg.run(op="closed", port=t.port, path=path, body_file=b.bodies[body],
                      concurrency=b.plan.cpu_concurrency, requests=b.plan.cpu_requests,
                      seconds=b.plan.step_seconds)  # fmt: skip
         settle([t.pid])  # work deferred past the answers (e.g. store writes) counts too
@@ -169,7 +173,10 @@ def cpu_per_request(b: Bench, fwd: Server | Replicas, handoff: Server | Replicas
     b.raw[f"cpu_ms_per_request_{body}"] = per
     h, f = median(per[handoff.name]), median(per[fwd.name])
     ratio = h / f if f else None
-    return Row(f"passthrough CPU per request, {body.upper()}B body", "bare forwarder",
+    label = (
+        f"{body.upper()}B body" if path == CHAT else f"{body.split('-')[-1].upper()}B Messages body"
+    )
+    return Row(f"passthrough CPU per request, {label}", "bare forwarder",
                h, f, "ms CPU", ratio, "ratio", "≤ 1.5×",
                ratio is not None and ratio <= 1.5, _sides_note(b.plan.rounds, fwd, handoff),
                ratio_interval(per[handoff.name], per[fwd.name]))  # fmt: skip

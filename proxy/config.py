@@ -111,6 +111,8 @@ class UpstreamSettings(_Section):
     compress: bool = True
     """False: never rewrite requests routed here; only record them."""
     ca_bundle: str | None = None
+    kind: Literal["openai", "anthropic"] = "openai"
+    """The wire formats it speaks: OpenAI's (Chat Completions…) or Anthropic Messages."""
 
     @field_validator("base_url")
     @classmethod

@@ -1,4 +1,5 @@
-"""The errors handoff itself answers with, each rendered in OpenAI's error shape.
+"""The errors handoff itself answers with, each rendered in its route's error shape
+(OpenAI's, :func:`openai_shape`; Anthropic's on the Messages routes, :func:`anthropic_shape`).
 
 ::
 
@@ -13,6 +14,7 @@
     │   ├── BodyTooLarge             413 body over server.max_body_bytes
     │   ├── UnsupportedEncoding      415 a Content-Encoding handoff cannot decompress
     │   ├── MisdirectedHost          421 a Host this handoff does not answer to
+    │   ├── WebSocketRefused         426 a WebSocket upgrade (Codex then falls back to HTTP)
     │   └── HeadTooLarge             431 a line or header over 8,190 bytes, over 128 headers
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
@@ -96,6 +98,11 @@ class UnsupportedEncoding(ClientError):
     code = "unsupported_content_encoding"
 
 
+class WebSocketRefused(ClientError):
+    status = 426
+    code = "websocket_not_supported"
+
+
 class HeadTooLarge(ClientError):
     status = 431
     code = "request_head_too_large"
@@ -132,6 +139,19 @@ ErrorShape = Callable[[HandoffError], dict[str, Any]]
 
 def openai_shape(err: HandoffError) -> dict[str, Any]:
     return err.body()
+
+
+_ANTHROPIC_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                    413: "request_too_large"}  # fmt: skip
+
+
+def anthropic_shape(err: HandoffError) -> dict[str, Any]:
+    """Anthropic Messages' error body: ``{"type": "error", "error": {"type", "message"}}``,
+    the type named as Anthropic names it for the status (the SDKs read only these)."""
+    kind = _ANTHROPIC_TYPES.get(err.status)
+    if kind is None:
+        kind = "invalid_request_error" if err.status < 500 else "api_error"
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
 
 
 def error_body(

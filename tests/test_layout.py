@@ -22,8 +22,9 @@ log, process_tuning); ``policies`` are pure and depend on nothing in ``proxy/``.
 SHARED = {"__init__", "config", "errors", "log", "process_tuning"}
 """The only modules directly in ``proxy/``: what every stage may use."""
 
-TEST_ROOMS = {*LAYERS[2:], "policies", "fake_upstream", "bench"}
-"""``tests/`` mirrors the stages, plus the strict fake upstream and the benches' tests."""
+TEST_ROOMS = {*LAYERS[2:], "policies", "fake_upstream", "bench", "agents"}
+"""``tests/`` mirrors the stages, plus the strict fake upstream, the benches' tests and the
+real agent CLIs' (``make agents``)."""
 
 
 def layer(module: str) -> int | None:

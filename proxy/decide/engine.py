@@ -43,7 +43,9 @@ from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
 from proxy.decide.windows import ModelInfo, WindowRegistry
+from proxy.decide.windows.long_context import LongContext
 from proxy.ingress.chat_request import ChatRequest
+from proxy.upstream.anthropic_stream import prompt_tokens
 from proxy.upstream.routing import Upstream
 
 log = structlog.get_logger("handoff.engine")
@@ -86,7 +88,7 @@ class _Target:
 
 
 _MAX_TARGETS = 4096
-"""Memoised (model, upstream, requested output) targets; cleared whole when full."""
+"""Memoised (model, upstream, requested output, window) targets; cleared whole when full."""
 
 
 class Engine:
@@ -107,10 +109,11 @@ class Engine:
         self.cuts = CutMemory(capacity=4096)
         self.memos = TurnMemos(max_bytes=settings.server.history_cache_bytes)
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
-        self._targets: dict[tuple[str, str, int | None], _Target] = {}
+        self._targets: dict[tuple[str, str, int | None, int], _Target] = {}
         self.unknown = UnknownModels()
         self.lanes = CountLanes()
         self.recaller = None if recall is None else Recaller(settings.recall, recall)
+        self.long_context = LongContext()
 
     async def plan(
         self,
@@ -159,6 +162,8 @@ class Engine:
         client: str = "",
     ) -> Plan:
         info = self.registry.lookup(req.model, up.name)
+        if info is not None:
+            info = self.long_context.apply(info, client_headers)
         if info is None and hard_limit:
             # Unknown to us, but the upstream just named its window in an error.
             out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
@@ -220,6 +225,8 @@ class Engine:
         if decision is None or not isinstance(usage, Mapping):
             return
         actual = usage.get("prompt_tokens")
+        if not isinstance(actual, int):  # Anthropic's (or Responses') names
+            actual = prompt_tokens(usage)
         if not isinstance(actual, int):
             return
         raw = plan.raw_tokens
@@ -244,7 +251,7 @@ class Engine:
         rebuilt when the registry resolves the model afresh (new ``info`` object)."""
         if hard_limit is not None:
             return await self._build_target(req, info, hard_limit)
-        key = (req.model, up.name, requested_output(req.body))
+        key = (req.model, up.name, requested_output(req.body), info.context_window)
         target = self._targets.get(key)
         if target is None or target.info is not info:
             target = await self._build_target(req, info, None)

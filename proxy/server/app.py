@@ -24,11 +24,13 @@ from proxy.config import Settings
 from proxy.decide.engine import Engine
 from proxy.decide.plan import Planner
 from proxy.decide.windows.discovery import fetch_model_windows
+from proxy.errors import anthropic_shape
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
 from proxy.server.build import build_engine, memory_refiner
+from proxy.server.count_tokens import count_tokens
 from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
-from proxy.server.exchange import chat_completions
+from proxy.server.exchange import anthropic_messages, chat_completions, responses
 from proxy.server.inspect_api import add_inspect_routes
 from proxy.server.mcp_http import add_mcp_route
 from proxy.server.mcp_tools import McpWorld
@@ -36,6 +38,7 @@ from proxy.server.memory_keeper import MemoryKeeper
 from proxy.server.metrics import Metrics
 from proxy.server.recall_source import store_recall
 from proxy.server.relay import passthrough
+from proxy.server.responses_socket import responses_get
 from proxy.server.services import SERVICES, Services, history_cache
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
@@ -141,6 +144,12 @@ def create_app(
     app.router.add_get("/healthz", wrap(healthz, open_to_all=True), expect_handler=expect)
     app.router.add_post("/v1/chat/completions", wrap(chat_completions), expect_handler=expect)
     app.router.add_post("/chat/completions", wrap(chat_completions), expect_handler=expect)
+    messages = wrap(anthropic_messages, shape=anthropic_shape)
+    app.router.add_post("/v1/messages", messages, expect_handler=expect)
+    counting = wrap(count_tokens, shape=anthropic_shape)
+    app.router.add_post("/v1/messages/count_tokens", counting, expect_handler=expect)
+    app.router.add_post("/v1/responses", wrap(responses), expect_handler=expect)
+    app.router.add_get("/v1/responses", wrap(responses_get), expect_handler=expect)
     app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough), expect_handler=expect)
     app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
     if reader is not None:
@@ -237,7 +246,7 @@ async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
 
     async def discover() -> None:
         for up in svc.router.upstreams:
-            if up.session is None:
+            if up.session is None or up.kind == "anthropic":  # its list names no windows
                 continue
             headers = {"Authorization": f"Bearer {up.api_key}"} if up.api_key else {}
             windows = await fetch_model_windows(up.session, up.base_url, headers, 5.0)

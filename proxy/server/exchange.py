@@ -22,7 +22,7 @@ from aiohttp import web
 from proxy.decide.plan import Plan
 from proxy.errors import HandoffError, StoreUnavailable
 from proxy.ingress.chat_request import ChatRequest
-from proxy.server.formats import CHAT, WireFormat
+from proxy.server.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.server.request_body import read_limited
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES, Services
@@ -83,7 +83,7 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
     req = fmt.parse(raw, svc.bodies)
-    up = svc.router.route(req.model)
+    up = svc.router.route(req.model, fmt.upstream_kind)
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)
     if svc.store is not None and svc.settings.store.required and not svc.store.health().ok:
@@ -95,7 +95,9 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     if svc.gate is not None and svc.gate.must_wait():
         fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
     workspace = workspace_for(request.headers)
-    plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+    plan = fmt.own_plan(req) if fmt.own_plan is not None else None
+    if plan is None:
+        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
     try:
         return await _exchange(request, svc, fmt, req, up, plan, turn)
@@ -113,8 +115,10 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
             decision=plan.decision.action if plan.decision else None,
             bytes_out=turn.bytes_out,
         )
-        if svc.settings.server.log_content or (
-            turn.json_body is not None and svc.planner.wants_usage(plan)
+        if (
+            svc.settings.server.log_content
+            or req.params is not None  # the store's writer reads chat answers only
+            or (turn.json_body is not None and svc.planner.wants_usage(plan))
         ):
             turn.settle(fmt)  # else the store's writer parses the answer, if it is recorded
         if turn.usage is not None:
@@ -130,7 +134,7 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
         # Recorded once this task yields, so after the response is written: a chat client
         # waiting for its answer does not wait for the store's bookkeeping too.
         asyncio.get_running_loop().call_soon(
-            _record, svc, request, req, up, plan, turn, started, latency_ms
+            _record, svc, request, fmt, req, up, plan, turn, started, latency_ms
         )
 
 
@@ -204,8 +208,15 @@ async def _relay_sse(
     outcome = StreamOutcome()
     try:
         return await relay_stream(request, up, resp, plan.response_headers, tee, outcome)
+    except (ConnectionResetError, asyncio.CancelledError):
+        if not assembler.complete:
+            raise
+        # The client left after the answer's end (Codex hangs up on response.completed):
+        # its turn is whole. The response was sent; aiohttp needs nothing more from it.
+        outcome.cancelled = False
+        return web.StreamResponse(status=turn.status)
     finally:
-        turn.cancelled = outcome.cancelled
+        turn.cancelled = outcome.cancelled and not assembler.complete
         turn.bytes_out = outcome.bytes_out
         turn.reply = assembler.reply()
         turn.usage = dict(assembler.usage) if assembler.usage is not None else None
@@ -254,6 +265,7 @@ def _not_kept(turn: _Turn, limit: int) -> dict[str, Any]:
 def _record(
     svc: Services,
     request: web.Request,
+    fmt: WireFormat,
     req: ChatRequest,
     up: Upstream,
     plan: Plan,
@@ -264,6 +276,9 @@ def _record(
     if svc.store is None:
         return
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    if not request.headers.get("x-handoff-session", "").strip():
+        hint = _client_session(request, fmt) or hint
+    params = request_params(req.body) if req.params is None else dict(req.params)
     # By position, in the fields' order: a third of the cost of 21 keywords (bench/NOTES.md).
     # test_chat_record_fields checks each lands.
     svc.store.record(
@@ -285,15 +300,31 @@ def _record(
             turn.error,  # error
             turn.cancelled,  # cancelled
             turn.raw,  # raw_response
-            request_params(req.body),  # request_params
-            req.raw,  # raw_request
+            params,  # request_params
+            req.raw if req.params is None else None,  # raw_request: a chat body's only
             req.resends,  # resends
             turn.json_body,  # answer
+            None,  # extends
+            fmt.name,  # wire
         )
     )
     if svc.memories is not None:  # (a session's memory, when due: off the request path)
         svc.memories.note(record, request.headers)
 
 
+def _client_session(request: web.Request, fmt: WireFormat) -> str | None:
+    """The session id the client names in its format's own header, if any."""
+    for name in fmt.session_headers:
+        value = request.headers.get(name, "").strip()
+        if value:
+            return value[:256]
+    return None
+
+
 chat_completions = exchange(CHAT)
 """``POST /v1/chat/completions`` (and ``/chat/completions``)."""
+responses = exchange(RESPONSES)
+"""``POST /v1/responses``."""
+
+anthropic_messages = exchange(ANTHROPIC)
+"""``POST /v1/messages`` (Anthropic Messages, ``?beta=true`` passed on)."""

@@ -41,7 +41,11 @@ def _api_key(headers: Mapping[str, str]) -> str:
     auth = headers.get("Authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    return headers.get("api-key", "").strip() or auth.strip()
+    return (
+        headers.get("api-key", "").strip()
+        or headers.get("x-api-key", "").strip()  # Anthropic's
+        or auth.strip()
+    )
 
 
 def session_hint(

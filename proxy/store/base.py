@@ -70,6 +70,9 @@ class TurnRecord:
     """``(earlier, n)``: ``messages`` starts with ``earlier``'s first ``n`` messages, the
     very objects (the writer's decode builds it so). A cache holding ``earlier`` then
     knows that prefix without comparing it."""
+    wire: str = "chat"
+    """The wire format the client spoke (``chat``, ``responses``, ``anthropic``): the
+    messages are chat-shaped whatever it was, and an export writes them back in it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ Tables (see ``m001_initial``):
     history and of history + reply: threading looks them up. ``forwarded`` is
     NULL when the request went upstream unchanged, else JSON ops over the history
     (see ``forwarded``). ``decision``, ``usage``, ``error`` are JSON;
-    ``handoff_from`` is the previous turn's model when it differs.
+    ``handoff_from`` is the previous turn's model when it differs; ``wire`` the wire
+    format the client spoke (``chat``, ``responses``, ``anthropic``).
 ``session_messages``
     Which sessions hold which message in a history or reply (a fork also holds
     the messages it shares with its parent): full-text search maps hits to sessions.
@@ -189,6 +190,11 @@ def m007_memories(db: sqlite3.Connection) -> None:
     )
 
 
+def m008_turn_wire(db: sqlite3.Connection) -> None:
+    # The wire format the client spoke; turns recorded before it were all chat.
+    db.execute("ALTER TABLE turns ADD COLUMN wire TEXT NOT NULL DEFAULT 'chat'")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     m001_initial,
     m002_fts,
@@ -197,6 +203,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     m005_collapse_bases,
     m006_writer_progress,
     m007_memories,
+    m008_turn_wire,
 )
 
 

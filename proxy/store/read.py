@@ -27,6 +27,7 @@ from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
 from proxy.store.history import Memo, history_ids, load_messages
 from proxy.store.messages import message_text
 from proxy.store.migrations import has_fts
+from proxy.upstream.anthropic_stream import prompt_tokens
 
 _SESSION_COLS = """s.id, s.workspace, s.hint, s.title, s.created_at, s.updated_at,
     s.parent_session, s.parent_turn,
@@ -252,7 +253,8 @@ class SqliteReader:
         row = db.execute(
             "SELECT id, seq, started_at, model, upstream, status, latency_ms, streamed, cancelled,"
             " n_messages, decision, forwarded, usage, finish_reason, error, handoff_from,"
-            " reply_msg, params_msg, raw_response FROM turns WHERE session_id = ? AND seq = ?",
+            " reply_msg, params_msg, raw_response, wire FROM turns"
+            " WHERE session_id = ? AND seq = ?",
             (sid, n),
         ).fetchone()
         if row is None:
@@ -270,6 +272,7 @@ class SqliteReader:
             None if ops is None else fwd.decode(ops, history, lambda i: orjson.loads(bodies[i]))
         )
         out["forwarded_ops"] = ops
+        out["wire"] = row[19]
         out["reply"] = orjson.loads(bodies[row[16]]) if row[16] is not None else None
         out["request_params"] = orjson.loads(bodies[row[17]]) if row[17] is not None else {}
         out["raw_response"] = None if row[18] is None else bytes(row[18]).decode("utf-8", "replace")
@@ -349,6 +352,15 @@ def _expand(ops: list[fwd.Op]) -> list[bool]:
     return out
 
 
+def _prompt_tokens(usage: Any) -> int | None:
+    """The prompt's size in a usage: OpenAI's ``prompt_tokens``, else input tokens
+    (Anthropic's with its cache read and creation, Responses' as given)."""
+    if not isinstance(usage, dict):
+        return None
+    named = usage.get("prompt_tokens")
+    return named if isinstance(named, int) else prompt_tokens(usage)
+
+
 def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
     (
         seq,
@@ -391,7 +403,7 @@ def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
         "dropped": sum(e["op"] == "drop" for e in entries),
         "inserted": sum(e["op"] == "insert" for e in entries),
         "usage": (u := _loads(usage)),
-        "prompt_tokens": u.get("prompt_tokens") if isinstance(u, dict) else None,
+        "prompt_tokens": _prompt_tokens(u),
         "finish_reason": finish,
         "error": _loads(error),
         "handoff": {"from": handoff_from, "to": model} if handoff_from else None,

@@ -118,8 +118,8 @@ def _decision(d: Decision | None) -> str | None:
 _INSERT_TURN = """INSERT INTO turns (session_id, seq, workspace, started_at, model, upstream,
     status, latency_ms, streamed, cancelled, base_turn, base_len, tail, n_messages,
     history_hash, ext_hash, reply_msg, params_msg, forwarded, decision, usage, finish_reason,
-    error, raw_response, handoff_from)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    error, raw_response, handoff_from, wire)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 def insert_turn(
@@ -164,6 +164,7 @@ def insert_turn(
             _json(clean(turn.error)),
             raw,
             prev if prev and prev != turn.model else None,
+            turn.wire,
         ),
     ).lastrowid
     assert tid is not None

@@ -63,8 +63,8 @@ list far faster than objects."""
 
 def encode_turn(turn: TurnRecord) -> Job:
     """The turn as a job. Its meta is the :data:`_FIELDS`, then whether the last part is
-    a non-streamed answer (not SSE bytes), then, only for a turn without its request
-    body, the messages and request parameters."""
+    a non-streamed answer (not SSE bytes), the wire format, then, only for a turn
+    without its request body, the messages and request parameters."""
     if turn.answer is not None and turn.raw_response is not None:
         turn = settled(turn)  # (cannot be: an answer is a stream's or not; be safe anyway)
     body = turn.raw_request or b""
@@ -73,7 +73,7 @@ def encode_turn(turn: TurnRecord) -> Job:
         turn.latency_ms, turn.streamed, turn.session_hint,
         turn.decision and turn.decision.as_list(), turn.forwarded,
         turn.reply, turn.usage, turn.finish_reason, turn.error, turn.cancelled,
-        turn.answer is not None,
+        turn.answer is not None, turn.wire,
     ]  # fmt: skip
     if not body:
         meta += (turn.messages, turn.request_params)
@@ -192,7 +192,8 @@ def _turn(
 ) -> TurnRecord:
     """The record, built by position (as ``exchange`` builds it: keywords cost more)."""
     (workspace, started_at, model, upstream, status, latency_ms, streamed, hint, decision,
-     forwarded, reply, usage, finish_reason, error, cancelled, answer, *extra) = values  # fmt: skip
+     forwarded, reply, usage, finish_reason, error, cancelled, answer, wire,
+     *extra) = values  # fmt: skip
     if parsed is not None:
         messages, params = parsed["messages"], request_params(parsed)
     else:
@@ -206,5 +207,5 @@ def _turn(
     return TurnRecord(
         workspace, started_at, model, upstream, messages, status, latency_ms, streamed,
         hint, decision, forwarded, reply, usage, finish_reason, error, cancelled,
-        raw_response, params, extends=extends,
+        raw_response, params, extends=extends, wire=wire,
     )  # fmt: skip

@@ -28,10 +28,15 @@ class ReplyAssembler:
         self.done = False
         self.events = 0
 
+    @property
+    def complete(self) -> bool:
+        """Whether the stream's end (``[DONE]``) has arrived."""
+        return self.done
+
     def feed(self, data: bytes) -> None:
         self._buf += data
         while True:
-            cut = _event_end(self._buf)
+            cut = event_end(self._buf)
             if cut is None:
                 return
             event, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
@@ -113,7 +118,7 @@ class ReplyAssembler:
         return msg
 
 
-def _event_end(buf: bytes) -> tuple[int, int] | None:
+def event_end(buf: bytes) -> tuple[int, int] | None:
     """Where the first complete event ends: (end of event, start of the next)."""
     best: tuple[int, int] | None = None
     for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from tests.fake_upstream.anthropic import MessagesFake, answer_count, answer_messages
 from tests.fake_upstream.constants import (
     CREATED,
     DEFAULT_CONTEXT_WINDOW,
@@ -30,6 +31,16 @@ from tests.fake_upstream.replies import (
     requested_completion,
     sse,
     stream_events,
+)
+from tests.fake_upstream.responses import (
+    CountInput,
+    ResponseMaker,
+    failed_events,
+    overflow_error,
+    response_events,
+    sse_event,
+    strings_tokens,
+    validate_responses,
 )
 from tests.fake_upstream.validation import validate_chat
 
@@ -137,6 +148,12 @@ class FakeUpstream:
         self._stop: Callable[[], Awaitable[None]] | None = None
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
+        self.anthropic = MessagesFake(windows=self.models)
+        """The Anthropic Messages routes' settings and script (``tests.fake_upstream.anthropic``)."""
+        self.responder = ResponseMaker(tool_trigger)
+        self.count_input: CountInput = strings_tokens
+        self.overflow_in_stream = False  # a Responses overflow as response.failed
+        self.linger = 0.0  # seconds a stream stays open after its last event
 
     # -- wiring
 
@@ -146,6 +163,9 @@ class FakeUpstream:
         app[FAKE_KEY] = self
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_messages)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model}", self._model)
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
@@ -171,6 +191,10 @@ class FakeUpstream:
     @property
     def chat_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    @property
+    def responses_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.endswith("/responses")]
 
     async def wait_for_requests(self, n: int = 1, timeout: float = 5.0) -> list[RecordedRequest]:
         """Wait until ``n`` requests have arrived; return them all."""
@@ -216,6 +240,14 @@ class FakeUpstream:
             ),
             **self.extra_headers,
         }
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        return await answer_messages(self.anthropic, _json_or_none(recorded.body), request)
+
+    async def _count_messages(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        return await answer_count(self.anthropic, _json_or_none(recorded.body))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         recorded = await self._record(request)
@@ -271,6 +303,37 @@ class FakeUpstream:
             return await self._stream(request, headers, [*map(sse, events), sse("[DONE]")], mid)
         return await self._send_json(request, headers, reply, mid)
 
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        headers = self._headers(request, recorded)
+        try:
+            try:
+                body = json.loads(recorded.body)
+            except ValueError:
+                raise openai_error("We could not parse the JSON body of your request.") from None
+            body = validate_responses(body, self.responder.issued)
+            window = self._window(body["model"])
+            prompt = self.count_input(body)
+            out = body.get("max_output_tokens") or 0
+            overflow = prompt + out > window
+            if overflow and not (self.overflow_in_stream and body.get("stream")):
+                raise overflow_error()
+        except ApiError as error:
+            return web.json_response(error.body, status=error.status, headers=headers)
+        response = self.responder.response(body, prompt)
+        if not body.get("stream"):
+            return web.json_response(response, headers=headers)
+        if overflow:
+            events = failed_events(response, overflow_error().body["error"])
+        else:
+            events = response_events(response, self.stream_chunks)
+        try:
+            return await self._stream(request, headers, [sse_event(e) for e in events], None)
+        except (ClientGone, ConnectionResetError, asyncio.CancelledError):
+            self.cancelled.append(recorded)
+            self._notify()
+            raise
+
     def _window(self, model: str) -> int:
         if model in self.models:
             return self.models[model]
@@ -323,6 +386,8 @@ class FakeUpstream:
                 await self._pause(request, self.chunk_delay)
             await response.write(frame)
             self.frames_sent += 1
+        if self.linger:
+            await self._pause(request, self.linger)
         await response.write_eof()
         return response
 
@@ -398,3 +463,10 @@ def _abort(request: web.Request) -> None:
     if request.transport is not None:
         request.transport.abort()
     raise _Aborted
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None

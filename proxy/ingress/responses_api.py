@@ -93,6 +93,11 @@ def _check(body: dict[str, Any], reused: int) -> None:
             "Missing required parameter: 'input' (a string or an array of input items).",
             param="input",
         )
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, (str, list)):
+        raise InvalidRequest(
+            "Invalid type for 'instructions': expected a string.", param="instructions"
+        )
     items = body["input"]
     if isinstance(items, str):
         return
@@ -104,11 +109,6 @@ def _check(body: dict[str, Any], reused: int) -> None:
         )
     for i, item in enumerate(items):
         _check_item(i, item)
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, (str, list)):
-        raise InvalidRequest(
-            "Invalid type for 'instructions': expected a string.", param="instructions"
-        )
 
 
 def _check_item(i: int, item: Any) -> None:
@@ -321,7 +321,14 @@ class ResponsesWriter:
             else:
                 parts += [self._bytes(req.raw, lay, i) for i in self._rewritten(group, msg)]
         if lay is not None:
-            return b"".join((req.raw[: lay.open + 1], b",".join(parts), req.raw[lay.close :]))
+            gap = b","  # between items, as the client spaced them
+            if len(lay.ends) > 1:
+                gap = req.raw[lay.ends[0] : element_start(req.raw, lay, 1)]
+            head = req.raw[: element_start(req.raw, lay, 0)] if lay.ends else b""
+            tail = req.raw[lay.ends[-1] :] if lay.ends else b""
+            if not parts or not lay.ends:
+                head, tail = req.raw[: lay.open + 1], req.raw[lay.close :]
+            return b"".join((head, gap.join(parts), tail))
         body = dict(self.body)
         body["input"] = [orjson.Fragment(p) for p in parts]
         return orjson.dumps(body)
@@ -372,9 +379,9 @@ def _assistant_back(
         elif kind == "message":
             if not said and text == _joined(item.get("content")):
                 out.append(i)
-            elif not said and text:
+            elif not said:  # (even emptied: a reasoning item needs what follows it)
                 new = dict(item)
-                new["content"] = [{"type": "output_text", "text": text, "annotations": []}]
+                new["content"] = [{"type": "output_text", "text": text or "", "annotations": []}]
                 out.append(new)
             said = True
         elif kind in CALLS:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx2
 import openai
 import pytest
 
@@ -108,22 +109,32 @@ async def _tool_loop(
     return items, decisions, finals
 
 
-@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("stream", "writer"), [(False, "thread"), (True, "process")])
 async def test_roomy_window_forwards_bytes_unchanged(
-    upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, stream: bool
+    upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, stream: bool, writer: str
 ) -> None:
     """A tool loop that fits: every body reaches the upstream byte for byte, each turn is
-    recorded as a Responses turn with its reply and usage."""
+    recorded (by either writer) as a Responses turn with its reply, usage and fields."""
     db = tmp_path / "h.db"
-    store = SqliteStore(db, flush_interval_s=0.05)
-    proxy = await make_proxy(upstream.url, store_obj=store, models=MODELS)
-    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-test", max_retries=0)
+    proxy = await make_proxy(
+        upstream.url, store={"path": str(db), "writer": writer}, models=MODELS
+    )
+    proxy_bodies: list[bytes] = []
+
+    async def keep(request: httpx2.Request) -> None:
+        proxy_bodies.append(request.content)
+
+    http = httpx2.AsyncClient(event_hooks={"request": [keep]})
+    client = openai.AsyncOpenAI(
+        base_url=proxy.url, api_key="sk-test", max_retries=0, http_client=http
+    )
     _, decisions, finals = await _tool_loop(client, "big-1m", 3, 20, stream)
     await client.close()
     assert set(decisions) == {"passthrough"}
     assert all(f.status == "completed" for f in finals)
     sent = upstream.responses_requests
     assert len(sent) == 6
+    assert all(r.body == b for r, b in zip(sent, proxy_bodies, strict=True))
     reader = SqliteReader(db)
     await until(lambda: reader.list_sessions() and reader.list_sessions()[0]["turns"] == 6)
     sid = reader.list_sessions()[0]["id"]
@@ -133,6 +144,8 @@ async def test_roomy_window_forwards_bytes_unchanged(
     assert turn["reply"]["role"] == "assistant" and "Seen" in turn["reply"]["content"]
     assert turn["history"][0] == {"role": "system", "content": INSTRUCTIONS}
     assert turn["forwarded"] is None
+    assert turn["request_params"]["include"] == ["reasoning.encrypted_content"]
+    assert turn["request_params"]["store"] is False and "input" not in turn["request_params"]
     second = reader.turn(sid, 1)["reply"]
     assert second["tool_calls"][0]["function"]["name"] == "read_file"
 

@@ -68,7 +68,26 @@ def write_bodies(workdir: Path, plan: Plan) -> dict[str, str]:
         path = workdir / f"body-{name}.json"
         path.write_bytes(chat_body(size, stream, model))
         paths[name] = str(path)
+    path = workdir / "body-responses-1k.json"
+    path.write_bytes(responses_body(1024))
+    paths["responses-1k"] = str(path)
     return paths
+
+
+def responses_body(size: int, model: str = "gpt-4o-mini") -> bytes:
+    """A Responses request as Codex sends one (instructions, items, store false), of
+    ``size`` bytes."""
+    body: dict[str, Any] = {
+        "model": model,
+        "instructions": "You are a terse assistant.",
+        "input": [{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": ""}]}],
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }  # fmt: skip
+    room = max(0, size - len(json.dumps(body).encode()))
+    body["input"][0]["content"][0]["text"] = (WORDS * (room // len(WORDS) + 1))[:room]
+    return json.dumps(body).encode()
 
 
 def child_env() -> dict[str, str]:
@@ -141,11 +160,12 @@ def measure_all(
     if snapshots_only:
         return _store(b, fleet, upstream, handoffs, cores)
     rows: list[Row] = []
-    for body in ("1k", "32k"):
+    for body in ("1k", "32k", "responses-1k"):
         say(f"CPU per request, {body} body")
         rows.append(measure.cpu_per_request(b, fwds, handoffs, body))
     say("latency at concurrency 1")
     rows += measure.latency(b, upstream, fwd, handoff)
+    rows += measure.latency(b, upstream, fwd, handoff, "responses-1k")
     for c in (16, 64):
         say(f"throughput at concurrency {c}")
         rows.append(measure.throughput(b, fwds, handoffs, c, "fwd", 0.8))

@@ -116,9 +116,7 @@ async def test_roomy_window_forwards_bytes_unchanged(
     """A tool loop that fits: every body reaches the upstream byte for byte, each turn is
     recorded (by either writer) as a Responses turn with its reply, usage and fields."""
     db = tmp_path / "h.db"
-    proxy = await make_proxy(
-        upstream.url, store={"path": str(db), "writer": writer}, models=MODELS
-    )
+    proxy = await make_proxy(upstream.url, store={"path": str(db), "writer": writer}, models=MODELS)
     proxy_bodies: list[bytes] = []
 
     async def keep(request: httpx2.Request) -> None:

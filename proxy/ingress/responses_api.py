@@ -283,16 +283,27 @@ def _output(item: Mapping[str, Any]) -> Any:
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
-    """The request's function and custom tools in chat's shape, for counting."""
+    """The request's tools in chat's shape, for counting: a function or custom tool as a
+    function; any other (``web_search``, a namespace of tools…) as a function whose
+    description is its JSON, so that what the model is shown of it is counted too."""
     out: list[dict[str, Any]] = []
     for tool in tools if isinstance(tools, list) else ():
-        if not isinstance(tool, dict) or tool.get("type") not in ("function", "custom"):
+        if not isinstance(tool, dict):
             continue
-        fn: dict[str, Any] = {"name": str(tool.get("name", ""))}
+        if tool.get("type") not in ("function", "custom"):
+            name = str(tool.get("type", "tool"))
+            fn: dict[str, Any] = {"name": name, "description": orjson.dumps(tool).decode()}
+            out.append({"type": "function", "function": fn})
+            continue
+        fn = {"name": str(tool.get("name", ""))}
         if isinstance(tool.get("description"), str):
             fn["description"] = tool["description"]
         if isinstance(tool.get("parameters"), dict):
             fn["parameters"] = tool["parameters"]
+        elif isinstance(tool.get("format"), dict):  # a custom tool's grammar
+            fn["description"] = (
+                f"{fn.get('description', '')}\n{orjson.dumps(tool['format']).decode()}"
+            )
         out.append({"type": "function", "function": fn})
     return out
 

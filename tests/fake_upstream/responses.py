@@ -138,7 +138,7 @@ class ResponseMaker:
             {"role": "user", "content": body["input"]}
         ]  # fmt: skip
         include = body.get("include") or []
-        output = [self._reasoning(n, "reasoning.encrypted_content" in include)]
+        output = [self.reasoning(n, "reasoning.encrypted_content" in include)]
         tool = next((t for t in body.get("tools") or () if t.get("type") == "function"), None)
         last = items[-1] if items else {}
         if tool is not None and last.get("role") == "user" and self.trigger in _text(last):
@@ -188,7 +188,7 @@ class ResponseMaker:
             },
         }
 
-    def _reasoning(self, n: int, encrypted: bool) -> JSON:
+    def reasoning(self, n: int, encrypted: bool) -> JSON:
         item: JSON = {
             "type": "reasoning",
             "id": f"rs_{n:06d}",

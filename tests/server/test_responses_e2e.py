@@ -238,12 +238,15 @@ async def test_bad_input_is_a_clear_400(
 
 
 async def test_upstream_overflow_is_refitted_once(
-    upstream: FakeUpstream, make_proxy: MakeProxy
+    upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
     """A window configured too large: the upstream's ``context_length_exceeded`` makes
-    handoff plan again smaller and retry once, and the client gets the answer."""
+    handoff plan again smaller and retry once, the client gets the answer, and the turn
+    is recorded with what was sent in the end."""
     models = {"small-8k": {**MODELS["small-8k"], "context_window": 32_768}}
-    proxy = await make_proxy(upstream.url, models=models)
+    db = tmp_path / "h.db"
+    store = SqliteStore(db, flush_interval_s=0.05)
+    proxy = await make_proxy(upstream.url, store_obj=store, models=models)
     items: list[dict[str, Any]] = []
     for i in range(12):
         items += [
@@ -263,6 +266,10 @@ async def test_upstream_overflow_is_refitted_once(
     assert headers["x-handoff-decision"] == "compressed"
     assert len(upstream.responses_requests) == 2
     assert json.loads(upstream.responses_requests[-1].body)["input"][-1] == items[-1]
+    reader = SqliteReader(db)
+    await until(lambda: reader.list_sessions())
+    turn = reader.turn(reader.list_sessions()[0]["id"], 1)
+    assert turn["action"] == "compressed" and turn["forwarded"] is not None
 
 
 async def test_hangup_after_completed_is_a_whole_turn(

@@ -174,8 +174,9 @@ def cpu_per_request(b: Bench, fwd: Server | Replicas, handoff: Server | Replicas
     b.raw[f"cpu_ms_per_request_{body}"] = per
     h, f = median(per[handoff.name]), median(per[fwd.name])
     ratio = h / f if f else None
-    what = body.upper() if body not in PATHS else f"{body.split('-')[-1].upper()} Responses"
-    return Row(f"passthrough CPU per request, {what}B body", "bare forwarder",
+    size = body.split("-")[-1].upper()
+    what = f"{size}B body" if body not in PATHS else f"{size}B Responses body"
+    return Row(f"passthrough CPU per request, {what}", "bare forwarder",
                h, f, "ms CPU", ratio, "ratio", "≤ 1.5×",
                ratio is not None and ratio <= 1.5, _sides_note(b.plan.rounds, fwd, handoff),
                ratio_interval(per[handoff.name], per[fwd.name]))  # fmt: skip

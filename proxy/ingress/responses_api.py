@@ -59,9 +59,11 @@ class Group:
 
 
 def parse_responses(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
-    """Parse a Responses request (``bodies`` is not used yet: Responses bodies are parsed
-    whole)."""
-    body, _ = parse_json_object(raw, None, _check)
+    """Parse a Responses request; ``bodies`` (keyed on ``input``) reuses the items of a
+    body it resends, so only the new ones are parsed and checked."""
+    if bodies is not None and bodies.key != "input":
+        bodies = None  # (a chat cache: its reuse would look for messages)
+    body, resends = parse_json_object(raw, bodies, _check)
     messages, groups = to_messages(body)
     chat_body: dict[str, Any] = {"model": body["model"], "messages": messages}
     tools = chat_tools(body.get("tools"))
@@ -79,6 +81,7 @@ def parse_responses(raw: bytes, bodies: ResentBodies | None = None) -> ChatReque
         raw=raw,
         render=ResponsesWriter(body, groups),
         params={k: v for k, v in body.items() if k not in ("model", "input")},
+        resends=resends,
     )
 
 
@@ -107,7 +110,7 @@ def _check(body: dict[str, Any], reused: int) -> None:
             f"got {type(items).__name__}.",
             param="input",
         )
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, reused):
         _check_item(i, item)
 
 

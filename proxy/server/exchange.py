@@ -83,7 +83,7 @@ def exchange(fmt: WireFormat) -> Handler:
 async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
-    req = fmt.parse(raw, svc.bodies)
+    req = fmt.parse(raw, svc.resent(fmt.history_key))
     up = svc.router.route(req.model)
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)

@@ -19,6 +19,7 @@ from policies.errors import ContextTooLarge
 from proxy.config import CompressionSettings
 from proxy.decide.policy_chain import build_chain
 from proxy.errors import InvalidRequest
+from proxy.ingress.incremental_parse import ResentBodies
 from proxy.ingress.json_spans import element_start, layout
 from proxy.ingress.responses_api import parse_responses
 
@@ -212,3 +213,38 @@ def test_string_input_rewritten_becomes_a_message_item() -> None:
     req = parse_responses(raw)
     out = orjson.loads(req.rendered([{"role": "user", "content": "short"}], [0]))
     assert out == {"model": "m", "input": [{"role": "user", "content": "short"}]}
+
+
+@given(requests(), st.lists(text, min_size=1, max_size=3))
+@settings(max_examples=60, deadline=None)
+def test_a_resent_input_is_parsed_for_its_new_items_only(
+    request: tuple[bytes, dict[str, Any]], more: list[str]
+) -> None:
+    """The next turn resends the input and adds items: its parse reuses the earlier one's
+    items and equals a parse from scratch, messages and the body written back alike."""
+    raw, body = request
+    bodies = ResentBodies(key="input")
+    parse_responses(raw, bodies)
+    grown = {**body, "input": [*body["input"], *({"role": "user", "content": t} for t in more)]}
+    nxt = json.dumps(grown).encode()
+    if not nxt.startswith(raw[: raw.rfind(b"]")].rstrip()[:64]):
+        return  # (a differently spaced dump: nothing shared)
+    reused = bodies.reused_messages
+    fresh, again = parse_responses(nxt), parse_responses(nxt, bodies)
+    assert again.messages == fresh.messages and again.params == fresh.params
+    assert again.rendered(again.messages, list(range(len(again.messages)))) == nxt
+    if json.dumps(body).encode() == raw:  # the same spacing: the old items are reused
+        assert bodies.reused_messages - reused == len(body["input"])
+
+
+def test_a_bad_new_item_is_refused_with_its_own_index() -> None:
+    """Reused items are not checked again, and a new bad one is named by its index."""
+    items = [{"role": "user", "content": f"{i}" * 100} for i in range(4)]
+    bodies = ResentBodies(key="input")
+    for n in (2, 3):
+        parse_responses(json.dumps({"model": "m", "input": items[:n]}).encode(), bodies)
+    assert bodies.reused_messages == 2  # the second resent the first's two items
+    bad = json.dumps({"model": "m", "input": [*items[:3], 7]}).encode()
+    with pytest.raises(InvalidRequest) as e:
+        parse_responses(bad, bodies)
+    assert e.value.param == "input[3]"

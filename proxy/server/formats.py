@@ -109,5 +109,5 @@ RESPONSES = WireFormat(
     context_limit=responses_stream.context_limit,
     own_plan=stateful_plan,
     history_key="input",
-    session_headers=("session_id", "session-id", "conversation_id", "conversation-id"),
+    session_headers=("session-id", "session_id", "conversation_id", "thread-id"),
 )

@@ -104,5 +104,6 @@ async def test_codex_reads_large_files(run_agent: RunAgent, tmp_path: Path, wind
         assert all((t["forwarded_tokens"] or 0) <= t["budget"] for t in turns), turns
     else:
         assert set(actions) == {"passthrough"}, actions
-    sid = run.reader.list_sessions()[0]["id"]
-    assert run.reader.turn(sid, 1)["wire"] == "responses"
+    (session,) = run.reader.list_sessions()  # threaded by Codex's own session-id header
+    assert session["name"] and session["name"] in run.stdout + run.stderr, (session, why)
+    assert run.reader.turn(session["id"], 1)["wire"] == "responses"

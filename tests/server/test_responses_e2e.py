@@ -322,14 +322,14 @@ async def test_stream_overflow_is_recorded_as_the_upstream_error(
 async def test_codex_session_header_threads_turns(
     upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
-    """Two unrelated bodies sent with one Codex ``session_id`` header land in one session."""
+    """Two unrelated bodies sent with one Codex ``session-id`` header land in one session."""
     db = tmp_path / "h.db"
     proxy = await make_proxy(
         upstream.url, store_obj=SqliteStore(db, flush_interval_s=0.05), models=MODELS
     )
     for text in ("first", "second"):
         body = json.dumps({"model": "small-8k", "input": text}).encode()
-        status, _, _ = await _post(proxy, body, {"session_id": "codex-abc"})
+        status, _, _ = await _post(proxy, body, {"session-id": "codex-abc"})
         assert status == 200
     reader = SqliteReader(db)
     await until(lambda: sum(s["turns"] for s in reader.list_sessions()) == 2)

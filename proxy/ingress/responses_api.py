@@ -372,6 +372,8 @@ class ResponsesWriter:
             return [item]
         if group.kind == "output":
             item = dict(items[group.items[0]])
+            if not isinstance(item.get("output"), (str, list)):
+                return [group.items[0]]  # an object (a screenshot) is not text to shorten
             item["output"] = _output_back(msg.get("content"))
             return [item]
         return _assistant_back(items, group.items, msg)

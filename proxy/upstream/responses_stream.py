@@ -23,6 +23,7 @@ from proxy.upstream.overflow import context_limit as _chat_context_limit
 from proxy.upstream.sse import event_end
 
 FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_FRAMING = ("type", "sequence_number")
 
 
 class ResponsesAssembler:
@@ -84,7 +85,7 @@ class ResponsesAssembler:
             if kind == "response.failed":
                 self.error = {"error": self.final.get("error") or {"message": "response.failed"}}
         elif kind == "error":
-            self.error = {"error": {k: v for k, v in data.items() if k != "type"}}
+            self.error = {"error": {k: v for k, v in data.items() if k not in _FRAMING}}
 
     def reply(self) -> dict[str, Any] | None:
         """The assistant message, or None when the stream carried no output."""

@@ -25,6 +25,7 @@ from tests.fake_upstream.responses import (
     overflow_error,
     response_events,
     sse_event,
+    strings,
     validate_responses,
 )
 
@@ -45,12 +46,12 @@ class ResponsesScript:
     def count(self, body: JSON) -> int:
         """o200k over what the model reads: the instructions, the items' texts, calls
         and outputs, the tools as JSON (ids, types and encrypted reasoning left out)."""
-        strings = _strings(body.get("instructions"))
+        read = strings(body.get("instructions"))
         for item in body.get("input") if isinstance(body.get("input"), list) else ():
             if isinstance(item, dict):
-                strings += _strings({k: v for k, v in item.items() if k not in _NOT_READ})
-        strings += [json.dumps(t) for t in body.get("tools") or ()]
-        return sum(self._counter.count_text(s) for s in strings)
+                read += strings({k: v for k, v in item.items() if k not in _NOT_READ})
+        read += [json.dumps(t) for t in body.get("tools") or ()]
+        return sum(self._counter.count_text(s) for s in read)
 
     def output(self, body: JSON) -> list[JSON]:
         """The output items this request gets."""
@@ -120,13 +121,3 @@ def _shell_call(tools: list[JSON], path: str) -> tuple[str, JSON]:
     if "shell" in names:
         return "shell", {"command": ["cat", path]}
     raise openai_error(f"no shell tool among {sorted(names)}")
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() if k != "encrypted_content" for s in _strings(v)]
-    return []

@@ -19,6 +19,7 @@ from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream.responses import strings
 
 MODELS = {
     "small-8k": {"context_window": 8192, "max_output_tokens": 1024, "tokenizer": "o200k_base"},
@@ -42,22 +43,12 @@ async def upstream(fake_upstream_factory: Any) -> FakeUpstream:
     fake: FakeUpstream = await fake_upstream_factory(models={"small-8k": 8192, "big-1m": 1_000_000})
 
     def count(body: Any) -> int:
-        return sum(enc.count_text(s) for s in _strings(body.get("input"))) + sum(
-            enc.count_text(s) for s in _strings(body.get("instructions"))
+        return sum(enc.count_text(s) for s in strings(body.get("input"))) + sum(
+            enc.count_text(s) for s in strings(body.get("instructions"))
         )
 
     fake.count_input = count
     return fake
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() if k != "encrypted_content" for s in _strings(v)]
-    return []
 
 
 async def until(cond: Callable[[], object], timeout: float = 10.0) -> None:

@@ -282,8 +282,8 @@ def _record(
     if not request.headers.get("x-handoff-session", "").strip():
         hint = _client_session(request, fmt) or hint
     params = request_params(req.body) if req.params is None else dict(req.params)
-    # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
-    # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
+    # By position, in the fields' order: a third of the cost of 21 keywords (bench/NOTES.md).
+    # test_chat_record_fields checks each lands.
     svc.store.record(
         TurnRecord(
             workspace_for(request.headers),  # workspace

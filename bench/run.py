@@ -84,7 +84,26 @@ def write_bodies(workdir: Path, plan: Plan) -> dict[str, str]:
     path = workdir / "body-messages-1k.json"
     path.write_bytes(messages_body(1024))
     paths["messages-1k"] = str(path)
+    path = workdir / "body-responses-1k.json"
+    path.write_bytes(responses_body(1024))
+    paths["responses-1k"] = str(path)
     return paths
+
+
+def responses_body(size: int, model: str = "gpt-4o-mini") -> bytes:
+    """A Responses request as Codex sends one (instructions, items, store false), of
+    ``size`` bytes."""
+    body: dict[str, Any] = {
+        "model": model,
+        "instructions": "You are a terse assistant.",
+        "input": [{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": ""}]}],
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }  # fmt: skip
+    room = max(0, size - len(json.dumps(body).encode()))
+    body["input"][0]["content"][0]["text"] = (WORDS * (room // len(WORDS) + 1))[:room]
+    return json.dumps(body).encode()
 
 
 def child_env() -> dict[str, str]:
@@ -160,10 +179,12 @@ def measure_all(
     for body in ("1k", "32k"):
         say(f"CPU per request, {body} body")
         rows.append(measure.cpu_per_request(b, fwds, handoffs, body))
-    say("CPU per request, 1k Messages body")
-    rows.append(measure.cpu_per_request(b, fwds, handoffs, "messages-1k", measure.MESSAGES))
+    for body, route in (("messages-1k", measure.MESSAGES), ("responses-1k", measure.RESPONSES)):
+        say(f"CPU per request, {body} body")
+        rows.append(measure.cpu_per_request(b, fwds, handoffs, body, route))
     say("latency at concurrency 1")
     rows += measure.latency(b, upstream, fwd, handoff)
+    rows += measure.latency(b, upstream, fwd, handoff, "responses-1k")
     for c in (16, 64):
         say(f"throughput at concurrency {c}")
         rows.append(measure.throughput(b, fwds, handoffs, c, "fwd", 0.8))

@@ -59,9 +59,11 @@ class Group:
 
 
 def parse_responses(raw: bytes, bodies: ResentBodies | None = None) -> ChatRequest:
-    """Parse a Responses request (``bodies`` is not used yet: Responses bodies are parsed
-    whole)."""
-    body, _ = parse_json_object(raw, None, _check)
+    """Parse a Responses request; ``bodies`` (keyed on ``input``) reuses the items of a
+    body it resends, so only the new ones are parsed and checked."""
+    if bodies is not None and bodies.key != "input":
+        bodies = None  # (a chat cache: its reuse would look for messages)
+    body, resends = parse_json_object(raw, bodies, _check)
     messages, groups = to_messages(body)
     chat_body: dict[str, Any] = {"model": body["model"], "messages": messages}
     tools = chat_tools(body.get("tools"))
@@ -79,6 +81,7 @@ def parse_responses(raw: bytes, bodies: ResentBodies | None = None) -> ChatReque
         raw=raw,
         render=ResponsesWriter(body, groups),
         params={k: v for k, v in body.items() if k not in ("model", "input")},
+        resends=resends,
     )
 
 
@@ -93,6 +96,11 @@ def _check(body: dict[str, Any], reused: int) -> None:
             "Missing required parameter: 'input' (a string or an array of input items).",
             param="input",
         )
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, (str, list)):
+        raise InvalidRequest(
+            "Invalid type for 'instructions': expected a string.", param="instructions"
+        )
     items = body["input"]
     if isinstance(items, str):
         return
@@ -102,13 +110,8 @@ def _check(body: dict[str, Any], reused: int) -> None:
             f"got {type(items).__name__}.",
             param="input",
         )
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, reused):
         _check_item(i, item)
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, (str, list)):
-        raise InvalidRequest(
-            "Invalid type for 'instructions': expected a string.", param="instructions"
-        )
 
 
 def _check_item(i: int, item: Any) -> None:
@@ -283,16 +286,27 @@ def _output(item: Mapping[str, Any]) -> Any:
 
 
 def chat_tools(tools: Any) -> list[dict[str, Any]]:
-    """The request's function and custom tools in chat's shape, for counting."""
+    """The request's tools in chat's shape, for counting: a function or custom tool as a
+    function; any other (``web_search``, a namespace of tools…) as a function whose
+    description is its JSON, so that what the model is shown of it is counted too."""
     out: list[dict[str, Any]] = []
     for tool in tools if isinstance(tools, list) else ():
-        if not isinstance(tool, dict) or tool.get("type") not in ("function", "custom"):
+        if not isinstance(tool, dict):
             continue
-        fn: dict[str, Any] = {"name": str(tool.get("name", ""))}
+        if tool.get("type") not in ("function", "custom"):
+            name = str(tool.get("type", "tool"))
+            fn: dict[str, Any] = {"name": name, "description": orjson.dumps(tool).decode()}
+            out.append({"type": "function", "function": fn})
+            continue
+        fn = {"name": str(tool.get("name", ""))}
         if isinstance(tool.get("description"), str):
             fn["description"] = tool["description"]
         if isinstance(tool.get("parameters"), dict):
             fn["parameters"] = tool["parameters"]
+        elif isinstance(tool.get("format"), dict):  # a custom tool's grammar
+            fn["description"] = (
+                f"{fn.get('description', '')}\n{orjson.dumps(tool['format']).decode()}"
+            )
         out.append({"type": "function", "function": fn})
     return out
 
@@ -321,7 +335,14 @@ class ResponsesWriter:
             else:
                 parts += [self._bytes(req.raw, lay, i) for i in self._rewritten(group, msg)]
         if lay is not None:
-            return b"".join((req.raw[: lay.open + 1], b",".join(parts), req.raw[lay.close :]))
+            gap = b","  # between items, as the client spaced them
+            if len(lay.ends) > 1:
+                gap = req.raw[lay.ends[0] : element_start(req.raw, lay, 1)]
+            head = req.raw[: element_start(req.raw, lay, 0)] if lay.ends else b""
+            tail = req.raw[lay.ends[-1] :] if lay.ends else b""
+            if not parts or not lay.ends:
+                head, tail = req.raw[: lay.open + 1], req.raw[lay.close :]
+            return b"".join((head, gap.join(parts), tail))
         body = dict(self.body)
         body["input"] = [orjson.Fragment(p) for p in parts]
         return orjson.dumps(body)
@@ -351,6 +372,8 @@ class ResponsesWriter:
             return [item]
         if group.kind == "output":
             item = dict(items[group.items[0]])
+            if not isinstance(item.get("output"), (str, list)):
+                return [group.items[0]]  # an object (a screenshot) is not text to shorten
             item["output"] = _output_back(msg.get("content"))
             return [item]
         return _assistant_back(items, group.items, msg)
@@ -372,9 +395,9 @@ def _assistant_back(
         elif kind == "message":
             if not said and text == _joined(item.get("content")):
                 out.append(i)
-            elif not said and text:
+            elif not said:  # (even emptied: a reasoning item needs what follows it)
                 new = dict(item)
-                new["content"] = [{"type": "output_text", "text": text, "annotations": []}]
+                new["content"] = [{"type": "output_text", "text": text or "", "annotations": []}]
                 out.append(new)
             said = True
         elif kind in CALLS:

@@ -58,6 +58,7 @@ class _Turn:
     raw: bytes | None = None
     retried: bool = False
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
+    replanned: Plan | None = None  # the plan of the retry after an overflow, if any
 
     def settle(self, fmt: WireFormat) -> None:
         """Read reply, usage and error out of a non-streamed answer."""
@@ -82,7 +83,7 @@ def exchange(fmt: WireFormat) -> Handler:
 async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
-    req = fmt.parse(raw, svc.bodies)
+    req = fmt.parse(raw, svc.resent(fmt.history_key))
     up = svc.router.route(req.model, fmt.upstream_kind)
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)
@@ -109,6 +110,7 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
         raise
     finally:
         latency_ms = (time.perf_counter() - t0) * 1000
+        plan = turn.replanned or plan  # what was sent in the end
         fields.update(
             upstream_status=turn.status,
             cancelled=turn.cancelled,
@@ -179,6 +181,7 @@ async def _exchange(
                 client_headers=request.headers,
                 client=workspace_for(request.headers),
             )
+            turn.replanned = plan
             continue
         turn.json_body = body
         turn.bytes_out = len(body)

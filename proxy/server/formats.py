@@ -70,6 +70,8 @@ class WireFormat:
     own_plan: Callable[[ChatRequest], Plan | None] | None = None
     """A plan the format makes itself for a request handoff must not rewrite (None from
     it: ask the planner)."""
+    history_key: str = "messages"
+    """The body's member holding the history a client resends (for :class:`ResentBodies`)."""
     session_headers: tuple[str, ...] = ()
     """Headers in which the format's clients name their own session (the first present
     threads the turn, unless ``x-handoff-session`` is sent)."""
@@ -110,7 +112,8 @@ RESPONSES = WireFormat(
     read_answer=responses_stream.read_answer,
     context_limit=responses_stream.context_limit,
     own_plan=stateful_plan,
-    session_headers=("session_id", "session-id", "conversation_id", "conversation-id"),
+    history_key="input",
+    session_headers=("session-id", "session_id", "conversation_id", "thread-id"),
 )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -29,7 +29,22 @@ class Services:
     bodies: ResentBodies
     """Recent large bodies, so a resent history is not parsed again (see ``resent``),
     within ``server.history_cache_bytes``: :func:`history_cache`."""
+    other_bodies: dict[str, ResentBodies] = field(default_factory=dict)
+    """The same for wire formats whose history is under another key (Responses'
+    ``input``), each within the same bound: :meth:`resent`."""
+
     memories: MemoryKeeper | None = None  # writes session memories (None: no store or off)
+
+    def resent(self, key: str) -> ResentBodies:
+        """The cache of recent bodies whose history is the array under ``key``."""
+        if key == self.bodies.key:
+            return self.bodies
+        cache = self.other_bodies.get(key)
+        if cache is None:
+            cache = self.other_bodies[key] = ResentBodies(
+                max_bytes=self.bodies.max_bytes, min_bytes=self.bodies.min_bytes, key=key
+            )
+        return cache
 
 
 def history_cache(settings: Settings) -> ResentBodies:

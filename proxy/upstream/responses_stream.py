@@ -20,9 +20,11 @@ import orjson
 
 from proxy.ingress.responses_api import assistant_message
 from proxy.upstream.overflow import context_limit as _chat_context_limit
-from proxy.upstream.sse import event_end
+from proxy.upstream.sse import event_data
+from proxy.upstream.sse import read_answer as chat_read_answer
 
 FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_FRAMING = ("type", "sequence_number")
 
 
 class ResponsesAssembler:
@@ -48,25 +50,15 @@ class ResponsesAssembler:
         return finish_reason(self.final) if self.final is not None else None
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
-        while True:
-            cut = event_end(self._buf)
-            if cut is None:
-                return
-            event, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
-            self._event(event)
-
-    def _event(self, event: bytes) -> None:
-        lines = [ln[5:].lstrip(b" ") for ln in event.splitlines() if ln.startswith(b"data:")]
-        if not lines:
-            return
-        try:
-            data = orjson.loads(b"\n".join(lines))
-        except orjson.JSONDecodeError:
-            return
-        if isinstance(data, dict) and isinstance(data.get("type"), str):
-            self.events += 1
-            self._typed(data["type"], data)
+        events, self._buf = event_data(self._buf + data)
+        for event in events:
+            try:
+                parsed = orjson.loads(event)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(parsed, dict) and isinstance(parsed.get("type"), str):
+                self.events += 1
+                self._typed(parsed["type"], parsed)
 
     def _typed(self, kind: str, data: dict[str, Any]) -> None:
         index = data.get("output_index")
@@ -84,7 +76,7 @@ class ResponsesAssembler:
             if kind == "response.failed":
                 self.error = {"error": self.final.get("error") or {"message": "response.failed"}}
         elif kind == "error":
-            self.error = {"error": {k: v for k, v in data.items() if k != "type"}}
+            self.error = {"error": {k: v for k, v in data.items() if k not in _FRAMING}}
 
     def reply(self) -> dict[str, Any] | None:
         """The assistant message, or None when the stream carried no output."""
@@ -138,17 +130,16 @@ def chat_usage(usage: Any) -> dict[str, Any] | None:
 def read_answer(
     status: int, body: bytes
 ) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None, dict[str, Any] | None]:
-    """(assistant message, finish reason, usage, error) from a whole Responses answer."""
+    """(assistant message, finish reason, usage, error) from a whole Responses answer (an
+    error answer is read as chat's is)."""
+    if status >= 400:
+        return chat_read_answer(status, body)
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
-        if status >= 400:
-            return None, None, None, {"error": {"message": body[:500].decode("utf-8", "replace")}}
         return None, None, None, None
     if not isinstance(parsed, dict):
-        return None, None, None, {"error": parsed} if status >= 400 else None
-    if status >= 400:
-        return None, None, None, parsed
+        return None, None, None, None
     output = parsed.get("output")
     reply = None
     if isinstance(output, list) and output:

@@ -34,19 +34,11 @@ class ReplyAssembler:
         return self.done
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
-        while True:
-            cut = event_end(self._buf)
-            if cut is None:
-                return
-            event, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
+        events, self._buf = event_data(self._buf + data)
+        for event in events:
             self._event(event)
 
-    def _event(self, event: bytes) -> None:
-        lines = [ln[5:].lstrip(b" ") for ln in event.splitlines() if ln.startswith(b"data:")]
-        if not lines:
-            return
-        data = b"\n".join(lines)
+    def _event(self, data: bytes) -> None:
         if data.strip() == b"[DONE]":
             self.done = True
             return
@@ -116,6 +108,18 @@ class ReplyAssembler:
         if self.tool_calls:
             msg["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
         return msg
+
+
+def event_data(buf: bytes) -> tuple[list[bytes], bytes]:
+    """The data of each complete event in ``buf`` (its ``data:`` lines joined; events
+    without any left out), and what follows the last complete one."""
+    out: list[bytes] = []
+    while (cut := event_end(buf)) is not None:
+        event, buf = buf[: cut[0]], buf[cut[1] :]
+        lines = [ln[5:].lstrip(b" ") for ln in event.splitlines() if ln.startswith(b"data:")]
+        if lines:
+            out.append(b"\n".join(lines))
+    return out, buf
 
 
 def event_end(buf: bytes) -> tuple[int, int] | None:

@@ -37,20 +37,23 @@ OVERFLOW_MESSAGE = (
 )
 
 
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON value (encrypted reasoning left out: no model reads it as
+    text, and handoff does not count it)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() if k != "encrypted_content" for s in strings(v)]
+    return []
+
+
 def strings_tokens(body: Mapping[str, Any]) -> int:
     """A rough count: a token per four characters of every string in ``input`` and
     ``instructions`` (encrypted reasoning left out, as handoff leaves it out)."""
-    return (_chars(body.get("input")) + _chars(body.get("instructions")) + 3) // 4
-
-
-def _chars(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list):
-        return sum(_chars(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_chars(v) for k, v in value.items() if k != "encrypted_content")
-    return 0
+    chars = sum(len(s) for s in strings([body.get("input"), body.get("instructions")]))
+    return (chars + 3) // 4
 
 
 def overflow_error() -> ApiError:
@@ -138,7 +141,7 @@ class ResponseMaker:
             {"role": "user", "content": body["input"]}
         ]  # fmt: skip
         include = body.get("include") or []
-        output = [self._reasoning(n, "reasoning.encrypted_content" in include)]
+        output = [self.reasoning(n, "reasoning.encrypted_content" in include)]
         tool = next((t for t in body.get("tools") or () if t.get("type") == "function"), None)
         last = items[-1] if items else {}
         if tool is not None and last.get("role") == "user" and self.trigger in _text(last):
@@ -188,7 +191,7 @@ class ResponseMaker:
             },
         }
 
-    def _reasoning(self, n: int, encrypted: bool) -> JSON:
+    def reasoning(self, n: int, encrypted: bool) -> JSON:
         item: JSON = {
             "type": "reasoning",
             "id": f"rs_{n:06d}",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx2
 import openai
 import pytest
 
@@ -18,6 +19,7 @@ from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream.responses import strings
 
 MODELS = {
     "small-8k": {"context_window": 8192, "max_output_tokens": 1024, "tokenizer": "o200k_base"},
@@ -41,22 +43,12 @@ async def upstream(fake_upstream_factory: Any) -> FakeUpstream:
     fake: FakeUpstream = await fake_upstream_factory(models={"small-8k": 8192, "big-1m": 1_000_000})
 
     def count(body: Any) -> int:
-        return sum(enc.count_text(s) for s in _strings(body.get("input"))) + sum(
-            enc.count_text(s) for s in _strings(body.get("instructions"))
+        return sum(enc.count_text(s) for s in strings(body.get("input"))) + sum(
+            enc.count_text(s) for s in strings(body.get("instructions"))
         )
 
     fake.count_input = count
     return fake
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() if k != "encrypted_content" for s in _strings(v)]
-    return []
 
 
 async def until(cond: Callable[[], object], timeout: float = 10.0) -> None:
@@ -108,22 +100,30 @@ async def _tool_loop(
     return items, decisions, finals
 
 
-@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("stream", "writer"), [(False, "thread"), (True, "process")])
 async def test_roomy_window_forwards_bytes_unchanged(
-    upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, stream: bool
+    upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path, stream: bool, writer: str
 ) -> None:
     """A tool loop that fits: every body reaches the upstream byte for byte, each turn is
-    recorded as a Responses turn with its reply and usage."""
+    recorded (by either writer) as a Responses turn with its reply, usage and fields."""
     db = tmp_path / "h.db"
-    store = SqliteStore(db, flush_interval_s=0.05)
-    proxy = await make_proxy(upstream.url, store_obj=store, models=MODELS)
-    client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-test", max_retries=0)
+    proxy = await make_proxy(upstream.url, store={"path": str(db), "writer": writer}, models=MODELS)
+    proxy_bodies: list[bytes] = []
+
+    async def keep(request: httpx2.Request) -> None:
+        proxy_bodies.append(request.content)
+
+    http = httpx2.AsyncClient(event_hooks={"request": [keep]})
+    client = openai.AsyncOpenAI(
+        base_url=proxy.url, api_key="sk-test", max_retries=0, http_client=http
+    )
     _, decisions, finals = await _tool_loop(client, "big-1m", 3, 20, stream)
     await client.close()
     assert set(decisions) == {"passthrough"}
     assert all(f.status == "completed" for f in finals)
     sent = upstream.responses_requests
     assert len(sent) == 6
+    assert all(r.body == b for r, b in zip(sent, proxy_bodies, strict=True))
     reader = SqliteReader(db)
     await until(lambda: reader.list_sessions() and reader.list_sessions()[0]["turns"] == 6)
     sid = reader.list_sessions()[0]["id"]
@@ -133,6 +133,8 @@ async def test_roomy_window_forwards_bytes_unchanged(
     assert turn["reply"]["role"] == "assistant" and "Seen" in turn["reply"]["content"]
     assert turn["history"][0] == {"role": "system", "content": INSTRUCTIONS}
     assert turn["forwarded"] is None
+    assert turn["request_params"]["include"] == ["reasoning.encrypted_content"]
+    assert turn["request_params"]["store"] is False and "input" not in turn["request_params"]
     second = reader.turn(sid, 1)["reply"]
     assert second["tool_calls"][0]["function"]["name"] == "read_file"
 
@@ -227,12 +229,15 @@ async def test_bad_input_is_a_clear_400(
 
 
 async def test_upstream_overflow_is_refitted_once(
-    upstream: FakeUpstream, make_proxy: MakeProxy
+    upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
     """A window configured too large: the upstream's ``context_length_exceeded`` makes
-    handoff plan again smaller and retry once, and the client gets the answer."""
+    handoff plan again smaller and retry once, the client gets the answer, and the turn
+    is recorded with what was sent in the end."""
     models = {"small-8k": {**MODELS["small-8k"], "context_window": 32_768}}
-    proxy = await make_proxy(upstream.url, models=models)
+    db = tmp_path / "h.db"
+    store = SqliteStore(db, flush_interval_s=0.05)
+    proxy = await make_proxy(upstream.url, store_obj=store, models=models)
     items: list[dict[str, Any]] = []
     for i in range(12):
         items += [
@@ -252,6 +257,10 @@ async def test_upstream_overflow_is_refitted_once(
     assert headers["x-handoff-decision"] == "compressed"
     assert len(upstream.responses_requests) == 2
     assert json.loads(upstream.responses_requests[-1].body)["input"][-1] == items[-1]
+    reader = SqliteReader(db)
+    await until(lambda: reader.list_sessions())
+    turn = reader.turn(reader.list_sessions()[0]["id"], 1)
+    assert turn["action"] == "compressed" and turn["forwarded"] is not None
 
 
 async def test_hangup_after_completed_is_a_whole_turn(
@@ -304,14 +313,14 @@ async def test_stream_overflow_is_recorded_as_the_upstream_error(
 async def test_codex_session_header_threads_turns(
     upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
-    """Two unrelated bodies sent with one Codex ``session_id`` header land in one session."""
+    """Two unrelated bodies sent with one Codex ``session-id`` header land in one session."""
     db = tmp_path / "h.db"
     proxy = await make_proxy(
         upstream.url, store_obj=SqliteStore(db, flush_interval_s=0.05), models=MODELS
     )
     for text in ("first", "second"):
         body = json.dumps({"model": "small-8k", "input": text}).encode()
-        status, _, _ = await _post(proxy, body, {"session_id": "codex-abc"})
+        status, _, _ = await _post(proxy, body, {"session-id": "codex-abc"})
         assert status == 200
     reader = SqliteReader(db)
     await until(lambda: sum(s["turns"] for s in reader.list_sessions()) == 2)

@@ -117,7 +117,10 @@ class Engine:
         hard_limit: int | None = None,
         client_headers: Mapping[str, str] | None = None,
         client: str = "",
+        count: bool = False,
     ) -> Plan:
+        """``count``: always count exactly, no byte-bound fast path (``handoff plan``'s
+        dry run shows tokens, never None)."""
         info = self.registry.lookup(req.model, up.name)
         if info is None and hard_limit:
             # Unknown to us, but the upstream just named its window in an error.
@@ -133,7 +136,7 @@ class Engine:
             # Images, or close enough that the tighter per-part bound may still fit;
             # far over, it cannot, and walking a huge history for it is wasted.
             bound = target.counter.upper_bound(req.body)
-        if hard_limit is None and bound <= budget.budget:
+        if hard_limit is None and bound <= budget.budget and not count:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
         key = conversation_key(req.messages)

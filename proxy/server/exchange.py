@@ -95,7 +95,13 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     if svc.gate is not None and svc.gate.must_wait():
         fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
     workspace = workspace_for(request.headers)
-    plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+    try:
+        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+    except HandoffError as e:  # refused before any upstream call: recorded all the same
+        refused = _Turn(status=e.status, error=e.body())
+        latency_ms = (time.perf_counter() - t0) * 1000
+        _record(svc, request, req, up, Plan(body=req.raw), refused, started, latency_ms)
+        raise
     turn = _Turn()
     try:
         return await _exchange(request, svc, fmt, req, up, plan, turn)

@@ -149,8 +149,12 @@ async def test_pinned_messages_too_large_is_400_without_upstream_call(
     status, _, data = await _post(proxy.url, body)
     err = json.loads(data)["error"]
     assert status == 400
-    assert err["code"] == "context_length_exceeded"
-    assert "small-8k" in err["message"] and "budget" in err["message"]
+    assert err["code"] == "handoff_unfittable" and err["type"] == "handoff_unfittable"
+    assert "small-8k" in err["message"] and "will not help" in err["message"]
+    # Not the words agent CLIs take for an overflow to compact and retry.
+    low = err["message"].lower()
+    for phrase in ("context", "prompt", "exceed", "maximum", "too long", "too large"):
+        assert phrase not in low, phrase
     assert exact_upstream.chat_requests == []
 
 

@@ -122,6 +122,8 @@ class Engine:
         """``count``: always count exactly, no byte-bound fast path (``handoff plan``'s
         dry run shows tokens, never None)."""
         info = self.registry.lookup(req.model, up.name)
+        if hard_limit:  # kept for later turns (and persisted): they are not refused first
+            self.registry.learn_limit(req.model, up.name, hard_limit)
         if info is None and hard_limit:
             # Unknown to us, but the upstream just named its window in an error.
             out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)

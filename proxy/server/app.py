@@ -184,19 +184,21 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
     assert store is not None
     await store.start()
     engine = app[ENGINE]
-    load = getattr(store, "load_calibration", None)
-    if load is not None:
-        try:
-            engine.calibration.load(await asyncio.to_thread(load))
-        except (StoreError, sqlite3.Error) as e:  # the store's own health says it too
-            log.warning("calibration_not_loaded", error=str(e))
+    try:
+        engine.calibration.load(await asyncio.to_thread(store.load_calibration))
+        learned = engine.registry.limits.load(await asyncio.to_thread(store.load_limits))
+        if learned:
+            engine.registry.forget_lookups()
+            log.info("learned_windows_loaded", models=learned)
+    except (StoreError, sqlite3.Error) as e:  # the store's own health says it too
+        log.warning("calibration_not_loaded", error=str(e))
+    engine.registry.limits.on_change = store.save_limits
     yield
+    engine.registry.limits.on_change = None
     gate = app[SERVICES].gate
     if gate is not None:
         await gate.close()
-    save = getattr(store, "save_calibration", None)
-    if save is not None:
-        save(engine.calibration.snapshot())
+    store.save_calibration(engine.calibration.snapshot())
     await store.close()
 
 

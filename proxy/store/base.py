@@ -119,6 +119,20 @@ class Store(Protocol):
     async def close(self) -> None:
         """Drain everything queued, then close."""
 
+    def load_calibration(self) -> dict[str, Any]:
+        """The token-count calibration saved last (empty when none); at start-up."""
+
+    def save_calibration(self, data: Mapping[str, Any]) -> None:
+        """Queue the calibration's snapshot for writing (non-blocking); at shutdown."""
+
+    def load_limits(self) -> dict[str, Any]:
+        """The windows upstreams named in overflow errors, as last saved (empty when
+        none): :meth:`proxy.decide.windows.learned.LearnedLimits.snapshot`'s shape."""
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        """Queue the learned windows for writing, next to calibration (non-blocking):
+        called when one is learned, so a restart does not pay the refusal again."""
+
 
 class StoreReader(Protocol):
     """Read-only queries (CLI, ``/handoff/v1``), usable while a proxy writes.

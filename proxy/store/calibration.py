@@ -19,6 +19,21 @@ def save_calibration(db: sqlite3.Connection, data: Mapping[str, Any]) -> None:
     )
 
 
+LIMITS_KEY = "learned_limits"
+"""The row that holds the windows learned from overflow errors (beside calibration's)."""
+
+
+def limits_row(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The learned windows as a calibration save: one row of their own."""
+    return {LIMITS_KEY: dict(data)}
+
+
+def load_limits(path: Path) -> dict[str, Any]:
+    """The saved learned windows (empty if none or the store is unreadable)."""
+    value = load_calibration(path).get(LIMITS_KEY)
+    return value if isinstance(value, dict) else {}
+
+
 def load_calibration(path: Path) -> dict[str, Any]:
     """The saved calibration (empty if none or the store is unreadable)."""
     try:

@@ -37,7 +37,7 @@ import orjson
 import structlog
 
 from proxy.store.base import StoreHealth, TurnRecord, age_s
-from proxy.store.calibration import load_calibration
+from proxy.store.calibration import limits_row, load_calibration, load_limits
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
 from proxy.store.shipped import ShippedBodies
@@ -221,6 +221,12 @@ class ProcessStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        self.save_calibration(limits_row(data))
+
+    def load_limits(self) -> dict[str, Any]:
+        return load_limits(self.path)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

@@ -39,7 +39,7 @@ import structlog
 
 from proxy.store import retention
 from proxy.store.base import StoreHealth, TurnRecord, age_s, settled
-from proxy.store.calibration import load_calibration, save_calibration
+from proxy.store.calibration import limits_row, load_calibration, load_limits, save_calibration
 from proxy.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
@@ -246,6 +246,12 @@ class SqliteStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        self.save_calibration(limits_row(data))
+
+    def load_limits(self) -> dict[str, Any]:
+        return load_limits(self.path)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:

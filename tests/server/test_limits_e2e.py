@@ -30,7 +30,10 @@ async def test_unfittable_is_its_own_error_and_recorded(
     )
     body = {
         "model": "small-8k",
-        "messages": [{"role": "system", "content": words(20_000)}, {"role": "user", "content": "hi"}],
+        "messages": [
+            {"role": "system", "content": words(20_000)},
+            {"role": "user", "content": "hi"},
+        ],
     }
     status, _, raw = await post_chat(proxy, body)
     err = json.loads(raw)["error"]
@@ -40,3 +43,46 @@ async def test_unfittable_is_its_own_error_and_recorded(
     turn = await one_turn(db)
     assert turn["status"] == 400
     assert turn["error"]["error"]["code"] == "handoff_unfittable"
+
+
+def _history(turns: int, size: int = 60) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."}]
+    for i in range(turns):
+        msgs += [
+            {"role": "user", "content": f"question {i}: " + words(size, f"q{i}_")},
+            {"role": "assistant", "content": f"answer {i}: " + words(size, f"a{i}_")},
+        ]
+    msgs.append({"role": "user", "content": "and now?"})
+    return msgs
+
+
+async def test_a_limit_named_in_an_error_sticks_across_turns_and_restarts(
+    fake_upstream_factory: Any, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """llama-cpp-python lists no window: its first refusal names n_ctx 2048. The limit is
+    used from then on (the next turn is not refused) and kept in the store, so a proxy
+    restarted on it sends the first request already fitted."""
+    fake = await fake_upstream_factory(models={"local-llama": 2048}, context_error_style="llamacpp")
+    db = tmp_path / "h.db"
+    config: dict[str, Any] = {
+        "store": {"path": str(db), "writer": "thread"},
+        "tokens": {"discover": False},
+    }
+    proxy = await make_proxy(fake.url, **config)
+    body = {"model": "local-llama", "messages": _history(20)}
+    status, _, raw = await post_chat(proxy, body)
+    assert status == 200, raw
+    assert [r.path for r in fake.chat_requests] == ["/v1/chat/completions"] * 2  # refused once
+    body["messages"] = [*body["messages"], {"role": "assistant", "content": "ok"},
+                        {"role": "user", "content": "next?"}]  # fmt: skip
+    status, headers, raw = await post_chat(proxy, body)
+    assert status == 200, raw
+    assert len(fake.chat_requests) == 3  # not refused again
+    assert headers["x-handoff-window"] == "2048" and headers["x-handoff-decision"] == "compressed"
+    await proxy.server.close()
+
+    again = await make_proxy(fake.url, **config)
+    status, headers, raw = await post_chat(again, body)
+    assert status == 200, raw
+    assert len(fake.chat_requests) == 4  # the restarted proxy knew the limit
+    assert headers["x-handoff-window"] == "2048"

@@ -161,7 +161,10 @@ class Engine:
             log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
             note = "compression off for this route"
             return self._passthrough(req, target, tokens, counted, note=note)
-        return await self._compress(req, up, target, tokens, base, key, memo, client_headers or {})
+        retry = hard_limit is not None
+        return await self._compress(
+            req, up, target, tokens, base, key, memo, client_headers or {}, retry
+        )
 
     def close(self) -> None:
         """Stop the counting threads (at shutdown; running counts finish on their own)."""
@@ -300,7 +303,10 @@ class Engine:
         key: str,
         memo: TurnMemo,
         client_headers: Mapping[str, str],
+        retry: bool = False,
     ) -> Plan:
+        """``retry``: the upstream refused what was sent; the cut remembered for this
+        window may be that very one (a refusal with no limit named), so it is not replayed."""
         summarize = self._summarizer(req, up, client_headers)
         budget = target.budget.budget
         cut_key = (key, target.budget.window)
@@ -309,7 +315,7 @@ class Engine:
             count=self._count_fn(memo.factor, base),
             target=low_water_target(budget, self.settings.compression.low_water),
             summarize=summarize,
-            previous=self.cuts.get(cut_key),
+            previous=None if retry else self.cuts.get(cut_key),
             memo=memo.policies,
         )
         chain = build_chain(self.settings.compression, has_summarizer=summarize is not None)

@@ -39,6 +39,7 @@ from proxy.store.errors import StoreError
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
+from proxy.upstream.forward import connection_tracing
 from proxy.upstream.routing import Router, build_upstreams
 
 ENGINE = web.AppKey("engine", Engine)
@@ -171,6 +172,7 @@ async def _upstream_sessions(app: web.Application) -> AsyncIterator[None]:
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             auto_decompress=True,
             timeout=svc.timeout,
+            trace_configs=[connection_tracing()],  # send() retries a stale kept-alive one
         )
     yield
     for up in svc.router.upstreams:

@@ -1,7 +1,9 @@
 """Talking to an upstream and relaying its answer, bytes as they are.
 
 ``send`` opens the upstream request and maps connection failures and timeouts to
-:class:`UpstreamUnreachable` / :class:`UpstreamTimeout`. A JSON answer up to
+:class:`UpstreamUnreachable` / :class:`UpstreamTimeout`; a request that fails on a
+kept-alive connection before any byte of an answer (the server had closed it, as
+llama.cpp does after a refused stream) is sent once more on another connection. A JSON answer up to
 ``server.max_answer_bytes`` is read whole (so the caller may inspect and keep it,
 e.g. for a context-length retry); a larger one, and an SSE answer, is relayed chunk
 by chunk as it arrives, never re-serialised.
@@ -13,9 +15,11 @@ import asyncio
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import aiohttp
 import orjson
+import structlog
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
@@ -29,6 +33,35 @@ _DROP_RESPONSE = HOP_BY_HOP | {
     *("content-length", "content-encoding", "server", "date"),
     *("access-control-allow-origin", "access-control-allow-credentials"),
 }
+
+
+log = structlog.get_logger("handoff.forward")
+
+
+class _Attempt:
+    """Set by :func:`connection_tracing` when the request went out on a pooled connection."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(
+    session: aiohttp.ClientSession,
+    ctx: SimpleNamespace,
+    params: aiohttp.TraceConnectionReuseconnParams,
+) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.reused = True
+
+
+def connection_tracing() -> aiohttp.TraceConfig:
+    """The trace an upstream session needs for :func:`send` to tell a reused connection."""
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reuse)
+    return trace
 
 
 async def send(
@@ -46,16 +79,17 @@ async def send(
     A plain coroutine, not a context manager: every await in the handler resumes
     through each frame of the chain, so a shallower one is cheaper per request."""
     assert up.session is not None, "upstream session not started"
+    attempt = _Attempt()
     try:
-        return await up.session.request(
-            method,
-            url,  # from up.url(): checked, and sent as built
-            headers=headers,
-            data=body,
-            timeout=timeout,
-            allow_redirects=False,
-            ssl=up.ssl_context(),
-        )
+        try:
+            return await _request(up, method, url, headers, body, timeout, attempt)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            if not attempt.reused or isinstance(e, aiohttp.ClientConnectorError):
+                raise
+            # The server closed a kept-alive connection it had answered on before: it
+            # never read this request. Once more, on another (aiohttp dropped this one).
+            log.info("upstream_connection_stale", upstream=up.name, error=type(e).__name__)
+            return await _request(up, method, url, headers, body, timeout, _Attempt())
     except TimeoutError:
         raise UpstreamTimeout(
             f"Upstream {up.name!r} did not answer in time (timeouts.connect_s / "
@@ -77,6 +111,28 @@ async def send(
         ) from None
     except aiohttp.ClientError as e:
         raise UpstreamUnreachable(f"Upstream {up.name!r} failed: {type(e).__name__}: {e}") from None
+
+
+async def _request(
+    up: Upstream,
+    method: str,
+    url: URL,
+    headers: CIMultiDict[str],
+    body: bytes | None,
+    timeout: aiohttp.ClientTimeout,
+    attempt: _Attempt,
+) -> aiohttp.ClientResponse:
+    assert up.session is not None
+    return await up.session.request(
+        method,
+        url,  # from up.url(): checked, and sent as built
+        headers=headers,
+        data=body,
+        timeout=timeout,
+        allow_redirects=False,
+        ssl=up.ssl_context(),
+        trace_request_ctx=attempt,
+    )
 
 
 def is_sse(resp: aiohttp.ClientResponse) -> bool:
@@ -109,6 +165,22 @@ async def read_bounded(
     return b"".join(parts), True
 
 
+async def first_chunk(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
+    """The stream's first bytes, read before the client's response starts; b"" when the
+    upstream ended it with no event at all (llama.cpp's answer to an overflowing stream:
+    a failed attempt, which must not be relayed as an empty success)."""
+    try:
+        return await resp.content.readany()
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"Upstream {up.name!r} sent no event in time (timeouts.read_s)."
+        ) from None
+    except aiohttp.ClientError as e:
+        raise UpstreamUnreachable(
+            f"Upstream {up.name!r} broke off its stream before any event: {type(e).__name__}."
+        ) from None
+
+
 @functools.lru_cache(maxsize=1024)
 def _relayed(name: str) -> bool:
     """Cached by the name as the upstream spelled it (the same few on every answer)."""
@@ -136,13 +208,17 @@ async def relay_stream(
     extra_headers: Mapping[str, str],
     tee: Callable[[bytes], None],
     outcome: StreamOutcome,
+    head: bytes = b"",
 ) -> web.StreamResponse:
-    """Relay an SSE body chunk by chunk. A client that goes away cancels this task
-    (handler cancellation); the caller then closes the upstream response."""
+    """Relay an SSE body chunk by chunk, ``head`` (:func:`first_chunk`) first. A client
+    that goes away cancels this task (handler cancellation); the caller then closes
+    the upstream response."""
     out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
     out.headers["X-Accel-Buffering"] = "no"
     out.headers.setdefault("Cache-Control", "no-cache")
-    return await _relay(request, up, resp, out, b"", tee, outcome)
+    if head:
+        tee(head)
+    return await _relay(request, up, resp, out, head, tee, outcome)
 
 
 async def relay_rest(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import MakeProxy
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, Fault, FaultKind
 from tests.server.test_faults import one_turn, post_chat
 
 MODELS = {"small-8k": {"context_window": 8192, "max_output_tokens": 1024}}
@@ -86,3 +86,58 @@ async def test_a_limit_named_in_an_error_sticks_across_turns_and_restarts(
     assert status == 200, raw
     assert len(fake.chat_requests) == 4  # the restarted proxy knew the limit
     assert headers["x-handoff-window"] == "2048"
+
+
+async def test_an_empty_stream_is_a_failed_attempt_refitted_and_retried(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """A 200 stream with no event (llama.cpp's overflow) is not relayed: the request is
+    fitted smaller and sent again, and the client gets the retry's whole stream."""
+    db = tmp_path / "h.db"
+    proxy = await make_proxy(
+        fake_upstream.url,
+        models={"small-8k": {"context_window": 8192}},
+        store={"path": str(db), "writer": "thread"},
+        tokens={"discover": False},
+    )
+    fake_upstream.inject(Fault(FaultKind.EMPTY_STREAM))
+    body = {"model": "small-8k", "messages": _history(40, 40), "stream": True}
+    status, headers, raw = await post_chat(proxy, body)
+    assert status == 200 and raw.endswith(b"data: [DONE]\n\n"), raw
+    first, second = fake_upstream.chat_requests
+    assert len(second.body) < len(first.body)  # fitted below what got no answer
+    assert headers["x-handoff-decision"] == "compressed"
+    turn = await one_turn(db)
+    assert turn["status"] == 200 and turn["reply"]["content"]
+
+
+async def test_an_empty_stream_that_cannot_be_refitted_is_an_error_not_a_reply(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """A model handoff knows no window for, on a server that answers every overflowing
+    stream with no event: after the one retry the client gets a 502 that says what to
+    set, never an empty 200."""
+    fake = await fake_upstream_factory(models={"local": 512}, overflow_as_empty_stream=True)
+    proxy = await make_proxy(fake.url, tokens={"discover": False})
+    body = {"model": "local", "messages": _history(20), "stream": True}
+    status, _, raw = await post_chat(proxy, body)
+    assert status == 502, raw
+    err = json.loads(raw)["error"]
+    assert err["code"] == "upstream_empty_stream" and "context_window" in err["message"]
+    assert len(fake.chat_requests) == 2
+
+
+async def test_a_kept_alive_connection_the_server_closed_is_retried_once_fresh(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """The server drops the second request on a connection it answered on before (as
+    llama.cpp after a refused stream): handoff sends it again on a new connection, and
+    the client sees only the answer (before: 502 "closed the connection")."""
+    fake = await fake_upstream_factory(close_kept_alive=True)
+    proxy = await make_proxy(fake.url, tokens={"discover": False})
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    for i in range(3):
+        status, _, raw = await post_chat(proxy, body)
+        assert status == 200, raw
+        assert len(fake.chat_requests) == i + 1
+    assert fake.dropped == 2  # each later request met a closed connection first

@@ -184,6 +184,10 @@ class CompressionSettings(_Section):
 
     elide: ElideSettings = Field(default_factory=ElideSettings)
     summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
+    strict_max_tokens: bool = False
+    """True: a client's max_tokens / max_completion_tokens is never lowered to fit the
+    window (the request is refused instead); false lowers it and says so in the
+    x-handoff-max-tokens response header."""
 
 
 class StoreSettings(_Section):

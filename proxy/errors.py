@@ -6,7 +6,7 @@
     ├── ClientError                  the request is at fault (4xx)
     │   ├── InvalidRequest           400 invalid_request_error (bad JSON, bad fields)
     │   ├── ContextTooLarge          400 context_length_exceeded (the output reservation alone)
-    │   ├── Unfittable               400 handoff_unfittable: nothing handoff may cut can make
+    │   ├── Unfittable               400 code handoff_unfittable: nothing handoff may cut makes
     │   │                            it fit (worded so clients do not "compact and retry")
     │   ├── MalformedHttp            400 invalid_http: HTTP aiohttp cannot parse, a bad body
     │   ├── Unauthorized             401 (missing or wrong x-handoff-key)
@@ -68,7 +68,6 @@ class Unfittable(ClientError):
     overflow to clients: its code and words differ, because agent CLIs answer an
     overflow by compacting and resending, which cannot help here (one looped 629 times)."""
 
-    type = "handoff_unfittable"
     code = "handoff_unfittable"
 
 

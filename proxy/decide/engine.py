@@ -36,6 +36,7 @@ from proxy.decide.budget import (
 from proxy.decide.count_lanes import CountLanes
 from proxy.decide.cut_memory import CutMemory, conversation_key
 from proxy.decide.decision import Decision
+from proxy.decide.output_fit import fitted_output, lowered
 from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
@@ -150,21 +151,33 @@ class Engine:
         else:  # tokenizing a large history must not stall the event loop
             counted = await self.lanes.run(partial(base, req.messages), bound=bound, client=client)
         tokens = self._corrected(req.model, target.counter, counted)
+        asked = requested_output(req.body)
+        fitted = None
+        if asked is None or not self.settings.compression.strict_max_tokens:
+            share = min(
+                target.info.max_output_tokens, self.settings.tokens.default_max_output_tokens
+            )
+            fitted = fitted_output(budget, tokens, share)
+        if fitted is not None:
+            budget = fitted
+            target = _Target.of(target.info, target.counter, budget)
         if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
             # Our count fit the limit the upstream enforces, so the count ran low:
             # aim below what was just refused.
             budget = capped(budget, int(tokens * RETRY_SHRINK))
             target = _Target.of(target.info, target.counter, budget)
         if hard_limit is None and tokens <= budget.budget:
-            return self._passthrough(req, target, tokens, counted)
-        if not (up.compress and self.settings.compression.enabled):
+            plan = self._passthrough(req, target, tokens, counted)
+        elif not (up.compress and self.settings.compression.enabled):
             log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
             note = "compression off for this route"
-            return self._passthrough(req, target, tokens, counted, note=note)
-        retry = hard_limit is not None
-        return await self._compress(
-            req, up, target, tokens, base, key, memo, client_headers or {}, retry
-        )
+            plan = self._passthrough(req, target, tokens, counted, note=note)
+        else:
+            retry = hard_limit is not None
+            plan = await self._compress(
+                req, up, target, tokens, base, key, memo, client_headers or {}, retry
+            )
+        return plan if fitted is None else lowered(plan, asked, fitted.reserved_output)
 
     def close(self) -> None:
         """Stop the counting threads (at shutdown; running counts finish on their own)."""

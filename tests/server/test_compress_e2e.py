@@ -149,7 +149,7 @@ async def test_pinned_messages_too_large_is_400_without_upstream_call(
     status, _, data = await _post(proxy.url, body)
     err = json.loads(data)["error"]
     assert status == 400
-    assert err["code"] == "handoff_unfittable" and err["type"] == "handoff_unfittable"
+    assert err["code"] == "handoff_unfittable" and err["type"] == "invalid_request_error"
     assert "small-8k" in err["message"] and "will not help" in err["message"]
     # Not the words agent CLIs take for an overflow to compact and retry.
     low = err["message"].lower()

@@ -141,3 +141,67 @@ async def test_a_kept_alive_connection_the_server_closed_is_retried_once_fresh(
         assert status == 200, raw
         assert len(fake.chat_requests) == i + 1
     assert fake.dropped == 2  # each later request met a closed connection first
+
+
+async def test_a_window_alone_reserves_a_quarter_for_output(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy
+) -> None:
+    """[models] with only context_window: a request without max_tokens reserves 2,048 of
+    8,192 (not the whole window, which refused every request before)."""
+    proxy = await make_proxy(fake_upstream.url, models={"small-8k": {"context_window": 8192}})
+    body = {"model": "small-8k", "messages": [{"role": "user", "content": words(3000)}]}
+    status, headers, raw = await post_chat(proxy, body)
+    assert status == 200, raw
+    window, budget = int(headers["x-handoff-window"]), int(headers["x-handoff-budget"])
+    margin = -(-window * 10 // 100)  # tokens.approx_margin: this name has no exact tokenizer
+    assert (window, budget) == (8192, 8192 - 2048 - margin)
+    assert "x-handoff-max-tokens" not in headers
+
+
+async def test_more_output_than_the_window_leaves_is_lowered_and_said(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy
+) -> None:
+    """max_tokens 32,768 on an 8k model: lowered to what the prompt leaves, in the
+    forwarded body and the x-handoff-max-tokens header; the strict upstream answers."""
+    proxy = await make_proxy(fake_upstream.url, models={"small-8k": {"context_window": 8192}})
+    body = {
+        "model": "small-8k",
+        "max_tokens": 32_768,
+        "messages": [{"role": "user", "content": words(500)}],
+    }
+    status, headers, raw = await post_chat(proxy, body)
+    assert status == 200, raw
+    sent = fake_upstream.chat_requests[-1].json()
+    lowered = sent["max_tokens"]
+    assert 2048 <= lowered < 8192 - 500
+    assert headers["x-handoff-max-tokens"] == f"reduced from 32768 to {lowered}"
+    assert sent["messages"] == body["messages"]  # the prompt fits beside it: not cut
+    # A long history: the reservation goes no lower than the model's share; the rest is cut.
+    long = {**body, "max_completion_tokens": 32_768, "messages": _history(60)}
+    del long["max_tokens"]
+    status, headers, raw = await post_chat(proxy, long)
+    assert status == 200, raw
+    sent = fake_upstream.chat_requests[-1].json()
+    assert sent["max_completion_tokens"] == 2048 and headers["x-handoff-decision"] == "compressed"
+
+
+async def test_strict_max_tokens_refuses_and_names_the_setting(
+    fake_upstream: FakeUpstream, make_proxy: MakeProxy
+) -> None:
+    """compression.strict_max_tokens: the client's figure stands, so a reservation no
+    window can hold is refused, with the setting that would let handoff lower it."""
+    proxy = await make_proxy(
+        fake_upstream.url,
+        models={"small-8k": {"context_window": 8192}},
+        compression={"strict_max_tokens": True},
+    )
+    body = {
+        "model": "small-8k",
+        "max_tokens": 32_768,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    status, _, raw = await post_chat(proxy, body)
+    err = json.loads(raw)["error"]
+    assert status == 400 and err["param"] == "max_tokens"
+    assert "compression.strict_max_tokens = false" in err["message"]
+    assert fake_upstream.chat_requests == []

@@ -23,7 +23,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from proxy.config import Settings
 from proxy.decide.engine import Engine
 from proxy.decide.plan import Planner
-from proxy.decide.windows.discovery import fetch_model_windows
+from proxy.decide.windows.discovery import fetch_listing
+from proxy.decide.windows.local_servers import fetch_server_windows
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
 from proxy.server.build import build_engine, open_store
@@ -221,7 +222,8 @@ async def _counting_threads(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
-    """Ask each upstream's GET /v1/models for windows, in one owned background task
+    """Ask each upstream's GET /v1/models, and a local server's own endpoints
+    (:mod:`~proxy.decide.windows.local_servers`), for windows, in one owned background task
     (requests never wait for it; it is cancelled at shutdown if still running)."""
     svc, engine = app[SERVICES], app[ENGINE]
 
@@ -230,10 +232,12 @@ async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
             if up.session is None:
                 continue
             headers = {"Authorization": f"Bearer {up.api_key}"} if up.api_key else {}
-            windows = await fetch_model_windows(up.session, up.base_url, headers, 5.0)
+            windows, listed = await fetch_listing(up.session, up.base_url, headers, 5.0)
+            served, kind = await fetch_server_windows(up.session, up.base_url, headers, 5.0, listed)
+            windows.update(served)  # what the server runs with beats what it lists
             if windows:
                 engine.registry.learn(up.name, windows)
-                log.info("windows_discovered", upstream=up.name, models=len(windows))
+                log.info("windows_discovered", upstream=up.name, models=len(windows), server=kind)
 
     task = asyncio.create_task(discover(), name="handoff-discovery")
     app[DISCOVERY] = task

@@ -23,6 +23,7 @@ from tests.fake_upstream.constants import (
     CountTokens,
 )
 from tests.fake_upstream.errors import ApiError, context_error, model_not_found, openai_error
+from tests.fake_upstream.local_servers import add_local_routes
 from tests.fake_upstream.replies import (
     authorization_fingerprint,
     build_completion,
@@ -107,6 +108,9 @@ class FakeUpstream:
     no event at all, as llama-cpp-python does. ``close_kept_alive``: a second request on a
     connection that was answered on before is dropped unread, as a server that closed
     its idle keep-alive connection; counted in ``dropped``, not in ``requests``.
+    ``local_server``: also serve that server's own window endpoints (llama.cpp
+    ``/props``, Ollama ``/api/version|tags|show``, LM Studio ``/api/v0/models``), each
+    reporting ``models``' windows as that server does (see ``local_servers``).
     Faults hit chat requests only, so a proxy's model discovery cannot use them up.
     Tests read ``requests``, ``cancelled`` (requests whose client left mid-answer) and
     ``frames_sent`` (SSE frames written so far, over all streams).
@@ -126,6 +130,7 @@ class FakeUpstream:
         context_error_style: ContextErrorStyle = "openai",
         overflow_as_empty_stream: bool = False,
         close_kept_alive: bool = False,
+        local_server: Literal["llamacpp", "ollama", "lmstudio"] | None = None,
     ) -> None:
         self.models = dict(DEFAULT_MODELS if models is None else models)
         self.count_tokens = count_tokens or estimate_tokens
@@ -138,6 +143,7 @@ class FakeUpstream:
         self.context_error_style: ContextErrorStyle = context_error_style
         self.overflow_as_empty_stream = overflow_as_empty_stream
         self.close_kept_alive = close_kept_alive
+        self.local_server = local_server
         self.dropped = 0
         self._answered: set[object] = set()  # client (host, port): one per connection
         self.fault: Fault | None = None
@@ -162,6 +168,8 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model}", self._model)
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
+        if self.local_server is not None:
+            add_local_routes(app, self.local_server, self.models, self._record)
         app.on_shutdown.append(self._on_shutdown)
         return app
 

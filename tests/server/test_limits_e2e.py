@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from proxy.server.app import DISCOVERY
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Fault, FaultKind
 from tests.server.test_faults import one_turn, post_chat
@@ -205,3 +206,22 @@ async def test_strict_max_tokens_refuses_and_names_the_setting(
     assert status == 400 and err["param"] == "max_tokens"
     assert "compression.strict_max_tokens = false" in err["message"]
     assert fake_upstream.chat_requests == []
+
+
+async def test_a_llamacpp_window_discovered_at_start_fits_the_first_request(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """A llama.cpp server started with n_ctx 2048, not in [models]: its /props is read at
+    start, so the first long request is fitted and not refused."""
+    fake = await fake_upstream_factory(
+        models={"local-llama": 2048}, context_error_style="llamacpp", local_server="llamacpp"
+    )
+    proxy = await make_proxy(fake.url)
+    await proxy.app[DISCOVERY]
+    status, headers, raw = await post_chat(
+        proxy, {"model": "local-llama", "messages": _history(20)}
+    )
+    assert status == 200, raw
+    assert headers["x-handoff-window"] == "2048" and headers["x-handoff-decision"] == "compressed"
+    assert len(fake.chat_requests) == 1
+    assert [r.path for r in fake.requests[:2]] == ["/v1/models", "/props"]

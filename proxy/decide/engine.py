@@ -39,6 +39,7 @@ from proxy.decide.decision import Decision
 from proxy.decide.output_fit import fitted_output, lowered
 from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
+from proxy.decide.summarizer_choice import RouteModels, SummarizerChoice, choose
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
@@ -48,8 +49,11 @@ from proxy.upstream.routing import Upstream
 
 log = structlog.get_logger("handoff.engine")
 
-SummarizerFactory = Callable[[ChatRequest, Upstream, Mapping[str, str]], "Summarize | None"]
-"""Builds the summarize callable for one request (its upstream and the client's key)."""
+SummarizerFactory = Callable[
+    [ChatRequest, Upstream, Mapping[str, str], SummarizerChoice], "Summarize | None"
+]
+"""Builds the summarize callable for one request (its upstream, the client's key, and the
+model chosen to read the dropped part)."""
 
 CALIBRATE_BOUND = 32_768
 """Fast-path requests are counted for calibration only below this bound (on the loop)."""
@@ -109,6 +113,9 @@ class Engine:
         self._targets: dict[tuple[str, str, int | None], _Target] = {}
         self.unknown = UnknownModels()
         self.lanes = CountLanes()
+        self.route_models = RouteModels()
+        s = settings.compression.summarize
+        self._tracks_models = s.enabled and not s.model  # for the summarizer's choice
 
     async def plan(
         self,
@@ -132,6 +139,10 @@ class Engine:
         if info is None:
             self.unknown.saw(req.model)
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
+        key: str | None = None
+        if self._tracks_models:  # (only then: the fast path does not hash the history)
+            key = conversation_key(req.messages)
+            self.route_models.saw(key, up.name, req.model)
         target = await self._target(req, up, info, hard_limit)
         budget = target.budget
         bound = raw_bound(req)
@@ -142,7 +153,7 @@ class Engine:
         if hard_limit is None and bound <= budget.budget and not count:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
-        key = conversation_key(req.messages)
+        key = key or conversation_key(req.messages)
         factor = 1.0 if target.counter.exact else self.calibration.factor(req.model)
         memo = self.memos.begin(key, target.counter, factor, len(req.raw))
         base = target.counter.request_counter(req.body, memo.counts)  # compression's too
@@ -320,7 +331,7 @@ class Engine:
     ) -> Plan:
         """``retry``: the upstream refused what was sent; the cut remembered for this
         window may be that very one (a refusal with no limit named), so it is not replayed."""
-        summarize = self._summarizer(req, up, client_headers)
+        summarize, unused = await self._summarizer(req, up, client_headers, key)
         budget = target.budget.budget
         cut_key = (key, target.budget.window)
         ctx = PolicyContext(
@@ -340,10 +351,16 @@ class Engine:
             raise too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
             self.cuts.put(cut_key, result.cut)
-        return self._compressed_plan(req, target, tokens, result, base(result.messages))
+        return self._compressed_plan(req, target, tokens, result, base(result.messages), unused)
 
     def _compressed_plan(
-        self, req: ChatRequest, target: _Target, tokens: int, result: Compression, raw_tokens: int
+        self,
+        req: ChatRequest,
+        target: _Target,
+        tokens: int,
+        result: Compression,
+        raw_tokens: int,
+        unused: str = "",
     ) -> Plan:
         decision = Decision(
             action="compressed",
@@ -359,6 +376,11 @@ class Engine:
             target.budget, tokens, target.counter.exact, "compressed", result.applied
         )
         headers["x-handoff-forwarded-tokens"] = str(result.tokens_after)
+        said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
+        if said:
+            headers["x-handoff-summary"] = said.encode("ascii", "replace").decode()[:300]
+            if said.startswith("not used"):
+                log.info("summary_not_used", model=req.model, why=said.removeprefix("not used: "))
         log.info(
             "compressed",
             tokens=tokens,
@@ -374,12 +396,45 @@ class Engine:
             raw_tokens=raw_tokens,
         )
 
-    def _summarizer(
-        self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str]
-    ) -> Summarize | None:
-        if self.summarizers is None or not self.settings.compression.summarize.enabled:
-            return None
-        return self.summarizers(req, up, client_headers)
+    async def _summarizer(
+        self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], key: str
+    ) -> tuple[Summarize | None, str]:
+        """The summarize callable, or None and why not."""
+        cfg = self.settings.compression.summarize
+        if not cfg.enabled:
+            return None, "compression.summarize.enabled is false"
+        if self.summarizers is None:
+            return None, "no summarizer in this process"
+        where = cfg.upstream or up.name
+        used = self.route_models.used(key, up.name) or (req.model,)
+        least = 3 * cfg.max_tokens + 1024  # instructions, a summary so far, the answer, text
+        model, window, why = choose(
+            cfg.model, used, lambda m: self.registry.lookup(m, where), least
+        )
+        if model is None:
+            return None, why
+        count = None
+        if (info := self.registry.lookup(model, where)) is not None:
+            count = (await self._counter(model, info)).count_text
+        made = self.summarizers(req, up, client_headers, SummarizerChoice(model, window, count))
+        if made is None:
+            return None, f"upstream {where!r} for summaries is not running"
+        return made, ""
+
+
+def summary_said(result: Compression, unused: str, in_chain: bool) -> str:
+    """The ``x-handoff-summary`` header: whether the dropped messages got a summary, and
+    why not when not; "" when nothing was dropped or summaries are not in the chain."""
+    if not in_chain:
+        return ""
+    for step in result.steps:
+        if step.policy == "summarize":
+            note = step.note
+            if "summary not used: " in note:
+                return "not used: " + note.split("summary not used: ", 1)[1].rstrip(")")
+            return f"used: {note}" if note else ""
+    dropped = any(s.policy == "truncate" and s.removed_messages for s in result.steps)
+    return f"not used: {unused}" if dropped and unused else ""
 
 
 def raw_bound(req: ChatRequest) -> int | None:

@@ -96,9 +96,9 @@ def create_app(
     ``planner`` to the decision engine built from ``settings``."""
     router = Router(build_upstreams(settings, catch_all))
     metrics = Metrics()
-    engine = build_engine(settings, router, metrics=metrics)
     if store is None:
         store = open_store(settings)
+    engine = build_engine(settings, router, metrics=metrics, store=store)
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping, Sequence
 
 from policies.base import Message, Summarize
 from proxy.config import Settings, StoreSettings
 from proxy.decide.engine import Engine, SummarizerFactory
-from proxy.decide.summarizer import Summarizer
+from proxy.decide.summarizer import Summarizer, SummaryCache
+from proxy.decide.summarizer_choice import SummarizerChoice
 from proxy.decide.tokens import Calibration, TokenCounter
 from proxy.decide.windows import WindowRegistry
 from proxy.ingress.chat_request import ChatRequest
@@ -25,35 +27,60 @@ def build_engine(
     *,
     tokens: TokenCounter | None = None,
     metrics: Metrics | None = None,
+    store: Store | None = None,
 ) -> Engine:
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
+    cache = StoredSummaries(store) if store is not None else None
     return Engine(
         settings,
         registry,
         tokens or TokenCounter(settings.tokens.cache_size),
         Calibration(),
-        summarizers=summarizer_factory(settings, router, metrics),
+        summarizers=summarizer_factory(settings, router, metrics, cache),
     )
 
 
+class StoredSummaries:
+    """The store as the summarizer's cache: summaries survive a restart."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def get(self, key: str) -> str | None:
+        return await asyncio.to_thread(self.store.load_summary, key)
+
+    def put(self, key: str, text: str) -> None:
+        self.store.save_summary(key, text)
+
+
 def summarizer_factory(
-    settings: Settings, router: Router, metrics: Metrics | None
+    settings: Settings,
+    router: Router,
+    metrics: Metrics | None,
+    cache: SummaryCache | None = None,
 ) -> SummarizerFactory:
     """Summaries go to ``compression.summarize.upstream`` (default: the request's own),
-    with that upstream's key, or the client's when the upstream has none."""
+    with that upstream's key, or the client's when the upstream has none, written by
+    the model the engine chose (:mod:`proxy.decide.summarizer_choice`) in pieces that
+    fit its window."""
     cfg = settings.compression.summarize
 
-    def make(req: ChatRequest, up: Upstream, client_headers: Mapping[str, str]) -> Summarize | None:
+    def make(
+        req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], choice: SummarizerChoice
+    ) -> Summarize | None:
         target = router.by_name(cfg.upstream) if cfg.upstream else up
-        if target is None or target.session is None:
+        if target is None or target.session is None or choice.model is None:
             return None
         summarizer = Summarizer(
             target.session,
             target.base_url,
             dict(target.request_headers(client_headers)),
-            cfg.model or req.model,
+            choice.model,
             cfg.timeout_s,
             cfg.max_tokens,
+            input_tokens=None if choice.window is None else choice.window - cfg.max_tokens,
+            count=choice.count,
+            cache=cache,
         )
         if metrics is None:
             return summarizer

@@ -37,7 +37,13 @@ import orjson
 import structlog
 
 from proxy.store.base import StoreHealth, TurnRecord, age_s
-from proxy.store.calibration import limits_row, load_calibration, load_limits
+from proxy.store.calibration import (
+    limits_row,
+    load_calibration,
+    load_limits,
+    load_summary,
+    summary_row,
+)
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
 from proxy.store.shipped import ShippedBodies
@@ -227,6 +233,12 @@ class ProcessStore:
 
     def load_limits(self) -> dict[str, Any]:
         return load_limits(self.path)
+
+    def save_summary(self, key: str, text: str) -> None:
+        self.save_calibration(summary_row(key, text))
+
+    def load_summary(self, key: str) -> str | None:
+        return load_summary(self.path, key)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

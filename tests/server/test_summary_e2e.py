@@ -7,13 +7,25 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from proxy.decide.tokens import TokenCounter
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
-from tests.server.test_compress_e2e import MODELS_CONFIG, _tool_turn, exact_upstream  # noqa: F401
+from tests.server.test_compress_e2e import MODELS_CONFIG, WINDOWS, _tool_turn
 from tests.server.test_faults import post_chat
 
 CHAIN = ["summarize", "truncate"]  # only dropping levels: summarize has to do the work
+
+
+@pytest.fixture
+async def exact_upstream(fake_upstream_factory: Any) -> FakeUpstream:
+    """Counts prompts as OpenAI does, and refuses any over the model's window."""
+    counter = TokenCounter(cache_size=100_000).for_model("gpt-4o")
+    fake: FakeUpstream = await fake_upstream_factory(
+        models=WINDOWS, count_tokens=counter.count_request
+    )
+    return fake
 
 
 def _session(turns: int, size: int = 60) -> list[dict[str, Any]]:
@@ -84,7 +96,7 @@ async def test_summaries_are_kept_in_the_store_across_a_restart(
     }
     body = {"model": "small-8k", "messages": _session(16)}
     proxy = await make_proxy(exact_upstream.url, **config)
-    status, first, raw = await post_chat(proxy, body)
+    status, _, raw = await post_chat(proxy, body)
     assert status == 200, raw
     asked = len(_summary_calls(exact_upstream))
     assert asked >= 1

@@ -20,6 +20,7 @@ from proxy.config import Settings, load_settings
 from proxy.decide.budget import compute_budget
 from proxy.decide.tokens import Calibration, TokenCounter
 from proxy.decide.windows import ModelInfo, WindowRegistry
+from proxy.store.calibration import LIMITS_KEY
 from proxy.store.read import SqliteReader
 
 
@@ -39,10 +40,13 @@ def run(args: argparse.Namespace, calibration: Calibration | None = None) -> int
     """Entry point; ``calibration`` is the persisted one when the caller has a store."""
     settings = load_settings(getattr(args, "config", None))
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
+    stored = _stored(settings)
+    registry.limits.load(stored.get(LIMITS_KEY) or {})  # windows named in overflow errors
     if args.name is None:
         return _list(registry, args.json)
-    if calibration is None:
-        calibration = _stored_calibration(settings)
+    if calibration is None and stored:
+        calibration = Calibration()
+        calibration.load(stored)
     report = describe(args.name, registry, settings, TokenCounter(0), calibration)
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -51,14 +55,12 @@ def run(args: argparse.Namespace, calibration: Calibration | None = None) -> int
     return 0 if report["known"] else 1
 
 
-def _stored_calibration(settings: Settings) -> Calibration | None:
-    """The calibration the proxy persisted in its store, if there is one."""
+def _stored(settings: Settings) -> dict[str, Any]:
+    """What the proxy learned and persisted in its store (calibration, learned windows)."""
     path = settings.store_path()
     if not settings.store.enabled or not path.is_file():
-        return None
-    calibration = Calibration()
-    calibration.load(SqliteReader(path).load_calibration())
-    return calibration
+        return {}
+    return SqliteReader(path).load_calibration()
 
 
 def describe(

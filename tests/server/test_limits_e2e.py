@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from proxy.cli.main import main
 from proxy.server.app import DISCOVERY
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream, Fault, FaultKind
@@ -58,11 +61,15 @@ def _history(turns: int, size: int = 60) -> list[dict[str, Any]]:
 
 
 async def test_a_limit_named_in_an_error_sticks_across_turns_and_restarts(
-    fake_upstream_factory: Any, make_proxy: MakeProxy, tmp_path: Path
+    fake_upstream_factory: Any,
+    make_proxy: MakeProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """llama-cpp-python lists no window: its first refusal names n_ctx 2048. The limit is
     used from then on (the next turn is not refused) and kept in the store, so a proxy
-    restarted on it sends the first request already fitted."""
+    restarted on it sends the first request already fitted; `handoff models` shows it."""
     fake = await fake_upstream_factory(models={"local-llama": 2048}, context_error_style="llamacpp")
     db = tmp_path / "h.db"
     config: dict[str, Any] = {
@@ -87,6 +94,10 @@ async def test_a_limit_named_in_an_error_sticks_across_turns_and_restarts(
     assert status == 200, raw
     assert len(fake.chat_requests) == 4  # the restarted proxy knew the limit
     assert headers["x-handoff-window"] == "2048"
+    monkeypatch.setenv("HANDOFF_STORE__PATH", str(db))
+    assert main(["models", "local-llama", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "named a 2048-token window in an error" in report["explanation"]
 
 
 async def test_an_empty_stream_is_a_failed_attempt_refitted_and_retried(

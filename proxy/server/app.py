@@ -40,7 +40,7 @@ from proxy.store.errors import StoreError
 from proxy.store.process import ProcessStore
 from proxy.store.read import SqliteReader
 from proxy.store.sqlite import SqliteStore
-from proxy.upstream.forward import connection_tracing
+from proxy.upstream.kept_alive import KeptAliveConnector
 from proxy.upstream.routing import Router, build_upstreams
 
 ENGINE = web.AppKey("engine", Engine)
@@ -170,10 +170,9 @@ async def _upstream_sessions(app: web.Application) -> AsyncIterator[None]:
     svc = app[SERVICES]
     for up in svc.router.upstreams:
         up.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            connector=KeptAliveConnector(limit=0, ttl_dns_cache=300),  # see send()
             auto_decompress=True,
             timeout=svc.timeout,
-            trace_configs=[connection_tracing()],  # send() retries a stale kept-alive one
         )
     yield
     for up in svc.router.upstreams:

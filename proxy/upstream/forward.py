@@ -15,7 +15,6 @@ import asyncio
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import aiohttp
 import orjson
@@ -25,6 +24,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable, error_body
+from proxy.upstream import kept_alive
 from proxy.upstream.routing import HOP_BY_HOP, Upstream
 
 # Response headers the proxy sets itself (the body may have been decompressed), and the
@@ -36,32 +36,6 @@ _DROP_RESPONSE = HOP_BY_HOP | {
 
 
 log = structlog.get_logger("handoff.forward")
-
-
-class _Attempt:
-    """Set by :func:`connection_tracing` when the request went out on a pooled connection."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-async def _on_reuse(
-    session: aiohttp.ClientSession,
-    ctx: SimpleNamespace,
-    params: aiohttp.TraceConnectionReuseconnParams,
-) -> None:
-    attempt = ctx.trace_request_ctx
-    if isinstance(attempt, _Attempt):
-        attempt.reused = True
-
-
-def connection_tracing() -> aiohttp.TraceConfig:
-    """The trace an upstream session needs for :func:`send` to tell a reused connection."""
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_reuseconn.append(_on_reuse)
-    return trace
 
 
 async def send(
@@ -79,17 +53,17 @@ async def send(
     A plain coroutine, not a context manager: every await in the handler resumes
     through each frame of the chain, so a shallower one is cheaper per request."""
     assert up.session is not None, "upstream session not started"
-    attempt = _Attempt()
     try:
+        kept_alive.forget()
         try:
-            return await _request(up, method, url, headers, body, timeout, attempt)
+            return await _request(up, method, url, headers, body, timeout)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-            if not attempt.reused or isinstance(e, aiohttp.ClientConnectorError):
+            if not kept_alive.reused() or isinstance(e, aiohttp.ClientConnectorError):
                 raise
             # The server closed a kept-alive connection it had answered on before: it
             # never read this request. Once more, on another (aiohttp dropped this one).
             log.info("upstream_connection_stale", upstream=up.name, error=type(e).__name__)
-            return await _request(up, method, url, headers, body, timeout, _Attempt())
+            return await _request(up, method, url, headers, body, timeout)
     except TimeoutError:
         raise UpstreamTimeout(
             f"Upstream {up.name!r} did not answer in time (timeouts.connect_s / "
@@ -120,7 +94,6 @@ async def _request(
     headers: CIMultiDict[str],
     body: bytes | None,
     timeout: aiohttp.ClientTimeout,
-    attempt: _Attempt,
 ) -> aiohttp.ClientResponse:
     assert up.session is not None
     return await up.session.request(
@@ -131,7 +104,6 @@ async def _request(
         timeout=timeout,
         allow_redirects=False,
         ssl=up.ssl_context(),
-        trace_request_ctx=attempt,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -78,7 +79,7 @@ def summarizer_factory(
             choice.model,
             cfg.timeout_s,
             cfg.max_tokens,
-            input_tokens=None if choice.window is None else choice.window - cfg.max_tokens,
+            input_tokens=_readable(choice.window, cfg.max_tokens, settings.tokens.approx_margin),
             count=choice.count,
             cache=cache,
         )
@@ -97,6 +98,14 @@ def summarizer_factory(
         return counted
 
     return make
+
+
+def _readable(window: int | None, answer: int, margin: float) -> int | None:
+    """What the summarizer model reads in one call: its window less the answer and the
+    safety margin approximate counts get (its tokenizer may not be ours)."""
+    if window is None:
+        return None
+    return window - answer - math.ceil(window * margin)
 
 
 def store_writer(s: StoreSettings) -> str:

@@ -151,7 +151,8 @@ class ElideSettings(_Section):
 class SummarizeSettings(_Section):
     enabled: bool = False
     model: str | None = None
-    """Summarizer model; default: the request's own model."""
+    """Summarizer model; default: the largest-window model the conversation used on
+    this route (one that can read what it summarizes)."""
     upstream: str | None = None
     """Name of an [[upstreams]] entry; default: the request's own upstream."""
     timeout_s: float = Field(30.0, gt=0)

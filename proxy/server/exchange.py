@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from proxy.decide.decision import Decision
 from proxy.decide.plan import Plan
 from proxy.errors import HandoffError, StoreUnavailable, UpstreamUnreachable
 from proxy.ingress.chat_request import ChatRequest
@@ -102,7 +103,8 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     except HandoffError as e:  # refused before any upstream call: recorded all the same
         refused = _Turn(status=e.status, error=e.body())
         latency_ms = (time.perf_counter() - t0) * 1000
-        _record(svc, request, req, up, Plan(body=req.raw), refused, started, latency_ms)
+        rejected = Plan(body=req.raw, decision=Decision(action="rejected"))
+        _record(svc, request, req, up, rejected, refused, started, latency_ms)
         raise
     turn = _Turn()
     try:

@@ -117,7 +117,7 @@ class Rig:
                 self.statuses[s0:],
             )
         self.tried += 1
-        self.reached += bool(out.forwarded)
+        self.reached += bool(out.forwarded) or _refused_by_plan(out)  # both are recorded
         self.upstream_5xx += any(s >= 500 for s in out.upstream_statuses)
         return out
 
@@ -241,6 +241,17 @@ async def rig(aiohttp_server: AiohttpServer, make_proxy: MakeProxy, tmp_path: Pa
     )
     async with aiohttp.ClientSession() as client:
         yield Rig(proxy, fake, statuses, db, client)
+
+
+def _refused_by_plan(out: Outcome) -> bool:
+    """A request the decision refused (nothing could fit): recorded, though not sent."""
+    if out.status != 400:
+        return False
+    try:
+        code = json.loads(out.body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return code in ("handoff_unfittable", "context_length_exceeded")
 
 
 def run_cases(rig: Rig) -> Callable[[bytes, str | None], Outcome]:

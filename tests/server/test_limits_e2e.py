@@ -47,6 +47,7 @@ async def test_unfittable_is_its_own_error_and_recorded(
     turn = await one_turn(db)
     assert turn["status"] == 400
     assert turn["error"]["error"]["code"] == "handoff_unfittable"
+    assert turn["decision"]["action"] == "rejected"
 
 
 def _history(turns: int, size: int = 60) -> list[dict[str, Any]]:

@@ -379,14 +379,13 @@ class Engine:
         said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
         if said:
             headers["x-handoff-summary"] = said.encode("ascii", "replace").decode()[:300]
-            if said.startswith("not used"):
-                log.info("summary_not_used", model=req.model, why=said.removeprefix("not used: "))
         log.info(
             "compressed",
             tokens=tokens,
             forwarded_tokens=result.tokens_after,
             budget=target.budget.budget,
             policies=list(result.applied),
+            summary=said or None,  # used, or not used and why
         )
         return Plan(
             body=req.rendered(result.messages, result.origins),

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from proxy.decide.tokens import TokenCounter
 from tests.conftest import MakeProxy
@@ -123,7 +124,11 @@ async def test_when_no_summary_is_used_the_header_says_why(
         models=MODELS_CONFIG,
         compression={"chain": CHAIN, "summarize": {"enabled": True, "model": "no-such-model"}},
     )
-    status, headers, raw = await post_chat(failing, {"model": "small-8k", "messages": _session(16)})
+    with capture_logs() as logs:
+        body = {"model": "small-8k", "messages": _session(16)}
+        status, headers, raw = await post_chat(failing, body)
     assert status == 200, raw
     assert headers["x-handoff-summary"].startswith("not used: summarizer failed")
     assert "404" in headers["x-handoff-summary"]
+    (event,) = [e for e in logs if e["event"] == "compressed"]
+    assert event["summary"] == headers["x-handoff-summary"]  # the log says it too

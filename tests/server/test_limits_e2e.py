@@ -237,3 +237,20 @@ async def test_a_llamacpp_window_discovered_at_start_fits_the_first_request(
     assert headers["x-handoff-window"] == "2048" and headers["x-handoff-decision"] == "compressed"
     assert len(fake.chat_requests) == 1
     assert [r.path for r in fake.requests[:2]] == ["/v1/models", "/props"]
+
+
+async def test_llamacpp_empty_stream_then_closed_connection_still_answers(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """llama.cpp as observed: an overflowing stream ends with no event, and the server has
+    closed that connection, so the retry meets it closed: it is resent on a fresh one and
+    the client gets one whole answer."""
+    fake = await fake_upstream_factory(close_kept_alive=True)
+    proxy = await make_proxy(
+        fake.url, models={"small-8k": {"context_window": 8192}}, tokens={"discover": False}
+    )
+    fake.inject(Fault(FaultKind.EMPTY_STREAM))
+    body = {"model": "small-8k", "messages": _history(40, 40), "stream": True}
+    status, _, raw = await post_chat(proxy, body)
+    assert status == 200 and raw.endswith(b"data: [DONE]\n\n"), raw
+    assert len(fake.chat_requests) == 2 and fake.dropped == 1

@@ -455,8 +455,8 @@ def raw_bound(req: ChatRequest) -> int | None:
 
 
 def _has_list_content(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Does any message hold a list of parts? Iterated in C: a Python loop over a
-    1,500-message history cost ~195 µs a turn, this ~90."""
+    """Does any message hold a list of parts? Iterated in C: twice as fast as a Python
+    loop over a long history."""
     try:
         return list in map(type, map(_dict_get, messages, itertools.repeat("content")))
     except TypeError:  # a message that is a Mapping but not a dict

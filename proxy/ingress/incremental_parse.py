@@ -2,9 +2,8 @@
 
 A client resends its whole history every turn, byte for byte as it sent it the
 last time, plus a message or a few. Parsing the whole history every turn makes
-the cost of a conversation grow with the square of its length: the store's
-writer process spent 1.7 of its 2.2 ms a turn on it at 500 turns (~500 KB a
-body), and the proxy 18-40 ms a turn on a 1M-token (4 MB) history.
+the cost of a conversation grow with the square of its length, in the proxy and in
+the store's writer process alike (figures in bench/NOTES.md).
 
 :class:`ResentBodies` remembers recent bodies. When a new body starts with the
 same bytes as a remembered one up to the end of some of its messages, those

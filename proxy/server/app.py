@@ -27,7 +27,7 @@ from proxy.decide.windows.discovery import fetch_listing
 from proxy.decide.windows.local_servers import fetch_server_windows
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
-from proxy.server.build import build_engine, open_store
+from proxy.server.build import build_engine
 from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
 from proxy.server.exchange import chat_completions
 from proxy.server.inspect_api import add_inspect_routes
@@ -36,10 +36,8 @@ from proxy.server.relay import passthrough
 from proxy.server.services import SERVICES, Services, history_cache
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
+from proxy.store.configured import open_store
 from proxy.store.errors import StoreError
-from proxy.store.process import ProcessStore
-from proxy.store.read import SqliteReader
-from proxy.store.sqlite import SqliteStore
 from proxy.upstream.kept_alive import KeptAliveConnector
 from proxy.upstream.routing import Router, build_upstreams
 
@@ -135,9 +133,8 @@ def create_app(
     app.router.add_post("/chat/completions", wrap(chat_completions), expect_handler=expect)
     app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough), expect_handler=expect)
     app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
-    if isinstance(store, SqliteStore | ProcessStore):
-        reader = SqliteReader(store.path)
-        add_inspect_routes(app, reader, settings.server.access_key, wrap)
+    if store is not None:
+        add_inspect_routes(app, store.reader(), settings.server.access_key, wrap)
     # last: only what nothing else serves
     app.router.add_route("*", CATCH_ALL, wrap(unmatched), expect_handler=expect)
     return app
@@ -151,14 +148,11 @@ def _gate(settings: Settings, store: Store | None) -> StoreGate | None:
 
 
 async def _freeze_startup_objects(app: web.Application) -> AsyncIterator[None]:
-    """Move the objects start-up built (modules, settings, tables: ~60k) to the garbage
-    collector's permanent generation: they live as long as the server, and every
-    full collection under load would otherwise walk them all (~60 ms each, a few
-    times a second). And collect the young generation less often: at 700 allocations
-    it ran every request or two and walked every in-flight request's objects, which
-    then aged into older generations to be walked again; at concurrency 64 a 20,000
-    threshold cut CPU per request by ~8% (reference counting still frees everything
-    that is not a cycle at once). Both undone at shutdown."""
+    """Move the objects start-up built (modules, settings, tables) to the garbage
+    collector's permanent generation: they live as long as the server, and every full
+    collection under load would otherwise walk them all. And collect the young
+    generation less often, so it does not walk every in-flight request's objects every
+    request or two (figures in bench/NOTES.md). Both undone at shutdown."""
     thresholds = raise_gc_threshold()
     gc.freeze()
     yield

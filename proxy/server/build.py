@@ -1,14 +1,15 @@
-"""Assemble the request path's parts from settings (no I/O here; the app starts them)."""
+"""Assemble the request path's parts from settings (no I/O here; the app starts them).
+
+The store is :func:`proxy.store.configured.open_store`'s."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import os
 from collections.abc import Mapping, Sequence
 
 from policies.base import Message, Summarize
-from proxy.config import Settings, StoreSettings
+from proxy.config import Settings
 from proxy.decide.engine import Engine, SummarizerFactory
 from proxy.decide.summarizer import Summarizer, SummaryCache
 from proxy.decide.summarizer_choice import SummarizerChoice
@@ -17,8 +18,6 @@ from proxy.decide.windows import WindowRegistry
 from proxy.ingress.chat_request import ChatRequest
 from proxy.server.metrics import Metrics
 from proxy.store.base import Store
-from proxy.store.process import ProcessStore
-from proxy.store.sqlite import SqliteStore
 from proxy.upstream.routing import Router, Upstream
 
 
@@ -106,30 +105,3 @@ def _readable(window: int | None, answer: int, margin: float) -> int | None:
     if window is None:
         return None
     return window - answer - math.ceil(window * margin)
-
-
-def store_writer(s: StoreSettings) -> str:
-    """``store.writer`` resolved: auto is a process when this process may use >1 CPU."""
-    if s.writer == "auto":
-        return "process" if len(os.sched_getaffinity(0)) > 1 else "thread"
-    return s.writer
-
-
-def open_store(settings: Settings) -> Store | None:
-    if not settings.store.enabled:
-        return None
-    s = settings.store
-    if store_writer(s) == "process":
-        return ProcessStore(
-            settings.store_path(),
-            flush_interval_s=s.flush_interval_s,
-            redact=s.redact,
-            max_bytes=s.max_bytes,
-            log_format=settings.server.log_format,
-        )
-    return SqliteStore(
-        settings.store_path(),
-        flush_interval_s=s.flush_interval_s,
-        redact=s.redact,
-        max_bytes=s.max_bytes,
-    )

@@ -298,8 +298,8 @@ def _record(
     if svc.store is None:
         return
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
-    # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
-    # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
+    # By position, in the fields' order: a third of the cost of 21 keywords (bench/NOTES.md).
+    # test_chat_record_fields checks each lands.
     svc.store.record(
         TurnRecord(
             workspace_for(request.headers),  # workspace

@@ -32,8 +32,8 @@ def workspace_for(headers: Mapping[str, str]) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _key_workspace(key: str) -> str:
-    """Remembered (in memory only) for the keys in use: sha256 through OpenSSL took
-    ~80 µs a request with the CPU's caches cold, as they are after a long history."""
+    """Remembered (in memory only) for the keys in use: sha256 through OpenSSL is slow
+    with the CPU's caches cold, as they are after a long history."""
     return "key-" + hashlib.sha256(_SALT + key.encode()).hexdigest()[:16]
 
 

@@ -1,17 +1,18 @@
 """The snapshot store's interface: what the proxy records, and what readers ask.
 
-The proxy only ever calls :meth:`Store.record` (non-blocking; batched and written
-off the event loop by the implementation), :meth:`Store.health` and
-:meth:`Store.lag_s`. The CLI, the ``/handoff/v1`` inspection API and tomorrow's
-web inspector and MCP server read through the query methods. SQLite is the
-embedded default; a shared PostgreSQL store for teams implements the same protocol.
+The proxy talks to a store only through :class:`Store` (record, health, lag, the
+token-count calibration, a reader, start and close); the CLI, the ``/handoff/v1``
+inspection API and tomorrow's web inspector and MCP server read through
+:class:`StoreReader`. SQLite is the embedded default, and how it keeps up (a writer
+process, caches) is its own business; a shared PostgreSQL store for teams implements
+these two protocols and nothing more.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,9 +31,8 @@ class TurnRecord:
     """One chat request and its outcome, as the proxy hands it to the store.
 
     Treated as immutable (:func:`settled` makes a new one), but not ``frozen``: a
-    frozen dataclass's ``__init__`` sets each of its 21 fields through
-    ``object.__setattr__``, 7.7 µs a record against 1.7 µs, paid on the request path
-    and twice a turn in the writer.
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    several times slower, paid on the request path and twice a turn in the writer.
     """
 
     workspace: str  # x-handoff-workspace, or a hash of the API key (never the key)
@@ -114,16 +114,21 @@ class Store(Protocol):
         """Seconds the oldest turn not yet on disk has waited, 0.0 when none waits.
         Lock-free and cheap: asked before every chat request (``store_gate``)."""
 
+    def save_calibration(self, data: Mapping[str, Any]) -> None:
+        """Queue the token-count calibration for writing (non-blocking, as :meth:`record`)."""
+
+    def load_calibration(self) -> dict[str, Any]:
+        """The calibration saved last (blocking: called off the event loop, at start)."""
+        ...
+
+    def reader(self) -> StoreReader:
+        """Read-only queries over what this store has written (``/handoff/v1``)."""
+        ...
+
     async def start(self) -> None: ...
 
     async def close(self) -> None:
         """Drain everything queued, then close."""
-
-    def load_calibration(self) -> dict[str, Any]:
-        """The token-count calibration saved last (empty when none); at start-up."""
-
-    def save_calibration(self, data: Mapping[str, Any]) -> None:
-        """Queue the calibration's snapshot for writing (non-blocking); at shutdown."""
 
     def load_limits(self) -> dict[str, Any]:
         """The windows upstreams named in overflow errors, as last saved (empty when
@@ -171,8 +176,11 @@ class StoreReader(Protocol):
     def turn(self, ref: str, n: int) -> dict[str, Any]: ...
 
     def turns(
-        self, ref: str, upto: int | None = None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]: ...
+        self, ref: str, upto: int | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The session and its turns in full (up to ``upto``); ``progress(done, total)``
+        after each turn read."""
+        ...
 
     def diff(self, ref: str, n: int) -> dict[str, Any]: ...
 

@@ -38,26 +38,23 @@ def squeeze(text: str, width: int = 80) -> str:
 
 
 def put_message(
-    db: sqlite3.Connection, body: bytes | Callable[[], bytes], h: bytes, known: Known | None = None
+    db: sqlite3.Connection, body: bytes | Callable[[], bytes], h: bytes, known: Known
 ) -> int:
     """The id of the message with digest ``h``, inserting its canonical ``body`` if new.
 
     A new body is stored as is; the indexer packs and indexes it later. ``body``
     may be a callable, so a message the writer already knows is not serialised.
     """
-    if known is not None:
-        mid = known.message_ids.get(h)
-        if mid is not None:
-            return mid
+    mid = known.message_ids.get(h)
+    if mid is not None:
+        return mid
     raw = body() if callable(body) else body
     cur = db.execute("INSERT OR IGNORE INTO messages (hash, body) VALUES (?, ?)", (h, raw))
     if cur.rowcount == 1:
         assert cur.lastrowid is not None
         mid = cur.lastrowid
-        if known is not None:
-            known.inserted += 1
+        known.inserted += 1
     else:
         mid = int(db.execute("SELECT id FROM messages WHERE hash = ?", (h,)).fetchone()[0])
-    if known is not None:
-        known.message_ids[h] = mid
+    known.message_ids[h] = mid
     return mid

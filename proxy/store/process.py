@@ -46,6 +46,7 @@ from proxy.store.calibration import (
 )
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
+from proxy.store.read import SqliteReader
 from proxy.store.shipped import ShippedBodies
 from proxy.store.wire import TURN, Job, encode_calibration, encode_turn, frames
 from proxy.store.writer_process import HEAD
@@ -109,7 +110,7 @@ class ProcessStore:
             *(["--redact"] if redact else []),
             *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),
         ]  # fmt: skip
-        self._lock = threading.RLock()  # (taken bare by _put: 1,100 instructions, not 2,800)
+        self._lock = threading.RLock()  # (taken bare by _put: cheaper than the condition)
         self._cond = threading.Condition(self._lock)
         self._queue: collections.deque[Job] = collections.deque(maxlen=max_queue)
         self._since: collections.deque[float] = collections.deque(maxlen=max_queue)
@@ -239,6 +240,9 @@ class ProcessStore:
 
     def load_summary(self, key: str) -> str | None:
         return load_summary(self.path, key)
+
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self.path)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -479,9 +483,8 @@ def _held(job: Job) -> int:
 def _channel(sock: socket.socket) -> IO[bytes]:
     """A file over our end of the socket pair that owns (and closes) the socket.
 
-    A socket, not a pipe: moving a 500 KB turn through a pipe cost the reading writer
-    ~0.4 ms of kernel time on this machine, through a Unix socket ~0.09 ms (and the
-    writing proxy about the same either way). The child reads it as its stdin, and
-    sees end of input when we close it or die, as with a pipe.
+    A socket, not a pipe: a large turn costs the reading writer a fraction of the
+    kernel time through a Unix socket (bench/NOTES.md). The child reads it as its
+    stdin, and sees end of input when we close it or die, as with a pipe.
     """
     return os.fdopen(sock.detach(), "wb")  # write(2) works on a socket

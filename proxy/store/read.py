@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -144,14 +144,14 @@ class SqliteReader:
         esc = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = db.execute(
             "SELECT id FROM sessions WHERE (id LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"
-            f"{self._scope} LIMIT 5",
+            f"{self._scope} LIMIT 6",
             (esc + "%", "%" + esc, *self._scope_args),
         ).fetchall()
         exact = [r[0] for r in rows if r[0] == ref]
         if exact:
             return str(exact[0])
         if len(rows) > 1:
-            ids = ", ".join(r[0] for r in rows)
+            ids = ", ".join(r[0] for r in rows[:5]) + (", …" if len(rows) > 5 else "")
             raise AmbiguousSession(f"{ref!r} matches several sessions ({ids}); give more of the id")
         if rows:
             return str(rows[0][0])
@@ -163,6 +163,12 @@ class SqliteReader:
         if named:
             raise AmbiguousSession(f"{ref!r} names sessions in several workspaces; use the id")
         raise SessionNotFound(f"no session {ref!r}")
+
+    def session_ids(self) -> list[str]:
+        """Every session's id (in scope), for :func:`proxy.store.short_ids.short_ids`."""
+        with self._db() as db:
+            rows = db.execute(f"SELECT id FROM sessions WHERE 1{self._scope}", self._scope_args)
+            return [str(r[0]) for r in rows]
 
     def list_sessions(
         self,
@@ -219,9 +225,10 @@ class SqliteReader:
             return self._turn(db, sid, n, {})
 
     def turns(
-        self, ref: str, upto: int | None = None
+        self, ref: str, upto: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The session summary and its turns in full (up to turn ``upto``), for export."""
+        """The session summary and its turns in full (up to turn ``upto``), for export;
+        ``progress(done, total)`` after each turn read."""
         with self._db() as db:
             sid = self._resolve(db, ref)
             info = _session_row(
@@ -233,7 +240,12 @@ class SqliteReader:
             if upto is not None and not 1 <= upto <= info["turns"]:
                 raise TurnNotFound(f"session {sid} has turns 1..{info['turns']}, not {upto}")
             memo: Memo = {}
-            return info, [self._turn(db, sid, n, memo) for n in range(1, count + 1)]
+            turns = []
+            for n in range(1, count + 1):
+                turns.append(self._turn(db, sid, n, memo))
+                if progress is not None:
+                    progress(n, count)
+            return info, turns
 
     def _turn(self, db: sqlite3.Connection, sid: str, n: int, memo: Memo) -> dict[str, Any]:
         row = db.execute(

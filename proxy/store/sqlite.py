@@ -55,6 +55,7 @@ from proxy.store.lock import WriterLock, claim
 from proxy.store.pacing import Pacer, release_gil
 from proxy.store.prefix import PrefixCache
 from proxy.store.progress import advance, begin
+from proxy.store.read import SqliteReader
 from proxy.store.write import write_turn
 
 log = structlog.get_logger("handoff.store")
@@ -68,8 +69,8 @@ class _Calibration:
 _Job = TurnRecord | _Calibration
 
 _YIELD_S = 0.0005
-"""Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs ~12 µs of
-CPU (the timer slack) and every SQLite statement releases the GIL: yield by the clock."""
+"""Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs CPU (the
+timer slack) and every SQLite statement releases the GIL: yield by the clock."""
 
 
 @dataclass(slots=True)
@@ -191,7 +192,7 @@ class SqliteStore:
 
     def backlog(self) -> int:
         """Turns queued or being written: ``health().queue_depth`` without the lock and
-        the report (the writer process asks at every pause, ~5% of its CPU that way)."""
+        the report (the writer process asks at every pause)."""
         s = self._state
         return len(s.queue) + s.busy
 
@@ -265,6 +266,9 @@ class SqliteStore:
 
     def load_summary(self, key: str) -> str | None:
         return load_summary(self.path, key)
+
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self.path)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:

@@ -47,7 +47,7 @@ def store_parts(
     hashed: Hashed,
     clean: Clean,
     base_len: int,
-    known: Known | None,
+    known: Known,
 ) -> Parts:
     """Store the turn's new history, reply, forwarded messages and params, in that order.
 
@@ -77,7 +77,7 @@ def store_parts(
 
 
 def _forwarded(
-    db: sqlite3.Connection, turn: TurnRecord, hashed: Hashed, clean: Clean, known: Known | None
+    db: sqlite3.Connection, turn: TurnRecord, hashed: Hashed, clean: Clean, known: Known
 ) -> str | None:
     """The forwarded list as ops over the history, storing the messages policies wrote.
 

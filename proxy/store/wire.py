@@ -57,8 +57,8 @@ _FIELDS = (
     "cancelled",
 )  # fmt: skip
 """The record's small fields, in the order a frame's meta lists them. A list, and the
-decision a list in it, because the proxy encodes one every turn: 9,600 instructions
-against 24,700 as objects (callgrind, a 1 KB turn)."""
+decision a list in it, because the proxy encodes one every turn and orjson writes a
+list far faster than objects."""
 
 
 def encode_turn(turn: TurnRecord) -> Job:
@@ -190,8 +190,7 @@ def _turn(
     raw: bytes,
     extends: tuple[list[Any], int] | None,
 ) -> TurnRecord:
-    """The record, built by position (as ``chat`` builds it: 21 keywords cost three times
-    the instructions)."""
+    """The record, built by position (as ``exchange`` builds it: keywords cost more)."""
     (workspace, started_at, model, upstream, status, latency_ms, streamed, hint, decision,
      forwarded, reply, usage, finish_reason, error, cancelled, answer, *extra) = values  # fmt: skip
     if parsed is not None:

@@ -153,7 +153,8 @@ class ElideSettings(_Section):
 class SummarizeSettings(_Section):
     enabled: bool = False
     model: str | None = None
-    """Summarizer model; default: the request's own model."""
+    """Summarizer model; default: the largest-window model the conversation used on
+    this route (one that can read what it summarizes)."""
     upstream: str | None = None
     """Name of an [[upstreams]] entry; default: the request's own upstream."""
     timeout_s: float = Field(30.0, gt=0)
@@ -186,6 +187,10 @@ class CompressionSettings(_Section):
 
     elide: ElideSettings = Field(default_factory=ElideSettings)
     summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
+    strict_max_tokens: bool = False
+    """True: a client's max_tokens / max_completion_tokens is never lowered to fit the
+    window (the request is refused instead); false lowers it and says so in the
+    x-handoff-max-tokens response header."""
 
 
 class StoreSettings(_Section):

@@ -6,7 +6,9 @@
     HandoffError                     any error handoff answers itself
     ├── ClientError                  the request is at fault (4xx)
     │   ├── InvalidRequest           400 invalid_request_error (bad JSON, bad fields)
-    │   ├── ContextTooLarge          400 context_length_exceeded (pinned turns alone overflow)
+    │   ├── ContextTooLarge          400 context_length_exceeded (the output reservation alone)
+    │   ├── Unfittable               400 code handoff_unfittable: nothing handoff may cut makes
+    │   │                            it fit (worded so clients do not "compact and retry")
     │   ├── MalformedHttp            400 invalid_http: HTTP aiohttp cannot parse, a bad body
     │   ├── Unauthorized             401 (missing or wrong x-handoff-key)
     │   ├── Forbidden                403 permission_error (a cross-site request, the admin view)
@@ -61,6 +63,14 @@ class InvalidRequest(ClientError):
 
 class ContextTooLarge(ClientError):
     code = "context_length_exceeded"
+
+
+class Unfittable(ClientError):
+    """The pinned messages alone (system prompt, newest user turn) cannot fit. Not an
+    overflow to clients: its code and words differ, because agent CLIs answer an
+    overflow by compacting and resending, which cannot help here (one looped 629 times)."""
+
+    code = "handoff_unfittable"
 
 
 class Unauthorized(ClientError):

@@ -23,6 +23,7 @@ from proxy.config import Settings, load_settings
 from proxy.decide.budget import compute_budget
 from proxy.decide.tokens import Calibration, TokenCounter
 from proxy.decide.windows import ModelInfo, WindowRegistry
+from proxy.store.calibration import LIMITS_KEY
 from proxy.store.limits import learned_limits
 from proxy.store.read import SqliteReader
 
@@ -44,15 +45,18 @@ def run(args: argparse.Namespace, calibration: Calibration | None = None) -> int
     """Entry point; ``calibration`` is the persisted one when the caller has a store."""
     settings = load_settings(getattr(args, "config", None))
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
-    if args.name is None:
-        return _list(registry, args.json)
     given = getattr(args, "store", None)
     store = _store_path(settings, given)
     if given and store is None:
         print(f"error: no store at {given} (give the proxy's store file)", file=sys.stderr)
         return 1
-    if calibration is None:
-        calibration = _stored_calibration(store)
+    stored = _stored(store)
+    registry.limits.load(stored.get(LIMITS_KEY) or {})  # windows named in overflow errors
+    if args.name is None:
+        return _list(registry, args.json)
+    if calibration is None and stored:
+        calibration = Calibration()
+        calibration.load(stored)
     report = describe(args.name, registry, settings, TokenCounter(0), calibration)
     if report["known"] or store is not None:
         report["learned"] = learned_limits(store, args.name) if store is not None else None
@@ -72,13 +76,9 @@ def _store_path(settings: Settings, given: str | None) -> Path | None:
     return path if settings.store.enabled and path.is_file() else None
 
 
-def _stored_calibration(path: Path | None) -> Calibration | None:
-    """The calibration the proxy persisted in its store, if there is one."""
-    if path is None:
-        return None
-    calibration = Calibration()
-    calibration.load(SqliteReader(path).load_calibration())
-    return calibration
+def _stored(path: Path | None) -> dict[str, Any]:
+    """What the proxy persisted in its store besides turns (calibration, learned windows)."""
+    return {} if path is None else SqliteReader(path).load_calibration()
 
 
 def describe(

@@ -148,3 +148,35 @@ def _byte_offsets(raw: bytes, text: str, indices: list[int]) -> list[int]:
         out.append(at)
         prev = i
     return out
+
+
+def with_members(body: bytes, values: dict[str, bytes]) -> bytes | None:
+    """``body`` with the values of these top-level members replaced by the given JSON
+    bytes, every other byte kept; None if that is not JSON or a key comes twice."""
+    try:
+        text = body.decode()
+        i = _ws(text, 0)
+        if text[i] != "{":
+            return None
+        spans: dict[str, tuple[int, int]] = {}
+        i = _ws(text, i + 1)
+        while text[i] != "}":
+            key, i = _key(text, i)
+            end = _scan(text, i)[1]
+            if key in values:
+                if key in spans:
+                    return None
+                spans[key] = (i, end)
+            i = _next_member(text, end)
+    except _FAILED:
+        return None
+    order = sorted(spans.values())
+    cuts = _byte_offsets(body, text, [x for span in order for x in span])
+    out, at = [], 0
+    for (key, _), start, stop in zip(
+        sorted(spans.items(), key=lambda kv: kv[1]), cuts[::2], cuts[1::2], strict=True
+    ):
+        out += [body[at:start], values[key]]
+        at = stop
+    out.append(body[at:])
+    return b"".join(out)

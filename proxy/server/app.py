@@ -23,7 +23,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from proxy.config import Settings
 from proxy.decide.engine import Engine
 from proxy.decide.plan import Planner
-from proxy.decide.windows.discovery import fetch_model_windows
+from proxy.decide.windows.discovery import fetch_listing
+from proxy.decide.windows.local_servers import fetch_server_windows
 from proxy.errors import anthropic_shape
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
@@ -44,6 +45,7 @@ from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
 from proxy.store.configured import open_store
 from proxy.store.errors import StoreError
+from proxy.upstream.kept_alive import KeptAliveConnector
 from proxy.upstream.routing import Router, build_upstreams
 
 ENGINE = web.AppKey("engine", Engine)
@@ -103,7 +105,7 @@ def create_app(
         store = open_store(settings)
     reader = store.reader() if store is not None else None
     recall = store_recall(reader) if reader is not None and settings.recall.enabled else None
-    engine = build_engine(settings, router, metrics=metrics, recall=recall)
+    engine = build_engine(settings, router, metrics=metrics, recall=recall, store=store)
     keeper = None
     if store is not None and reader is not None and settings.memory.enabled:
         keeper = MemoryKeeper(settings, store, reader, memory_refiner(settings, router))
@@ -186,7 +188,7 @@ async def _upstream_sessions(app: web.Application) -> AsyncIterator[None]:
     svc = app[SERVICES]
     for up in svc.router.upstreams:
         up.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            connector=KeptAliveConnector(limit=0, ttl_dns_cache=300),  # see send()
             auto_decompress=True,
             timeout=svc.timeout,
         )
@@ -204,9 +206,15 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
     engine = app[ENGINE]
     try:
         engine.calibration.load(await asyncio.to_thread(store.load_calibration))
+        learned = engine.registry.limits.load(await asyncio.to_thread(store.load_limits))
+        if learned:
+            engine.registry.forget_lookups()
+            log.info("learned_windows_loaded", models=learned)
     except (StoreError, sqlite3.Error) as e:  # the store's own health says it too
         log.warning("calibration_not_loaded", error=str(e))
+    engine.registry.limits.on_change = store.save_limits
     yield
+    engine.registry.limits.on_change = None
     gate = app[SERVICES].gate
     if gate is not None:
         await gate.close()
@@ -240,7 +248,8 @@ async def _counting_threads(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
-    """Ask each upstream's GET /v1/models for windows, in one owned background task
+    """Ask each upstream's GET /v1/models, and a local server's own endpoints
+    (:mod:`~proxy.decide.windows.local_servers`), for windows, in one owned background task
     (requests never wait for it; it is cancelled at shutdown if still running)."""
     svc, engine = app[SERVICES], app[ENGINE]
 
@@ -249,10 +258,12 @@ async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
             if up.session is None or up.kind == "anthropic":  # its list names no windows
                 continue
             headers = {"Authorization": f"Bearer {up.api_key}"} if up.api_key else {}
-            windows = await fetch_model_windows(up.session, up.base_url, headers, 5.0)
+            windows, listed = await fetch_listing(up.session, up.base_url, headers, 5.0)
+            served, kind = await fetch_server_windows(up.session, up.base_url, headers, 5.0, listed)
+            windows.update(served)  # what the server runs with beats what it lists
             if windows:
                 engine.registry.learn(up.name, windows)
-                log.info("windows_discovered", upstream=up.name, models=len(windows))
+                log.info("windows_discovered", upstream=up.name, models=len(windows), server=kind)
 
     task = asyncio.create_task(discover(), name="handoff-discovery")
     app[DISCOVERY] = task

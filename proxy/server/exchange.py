@@ -5,7 +5,8 @@
 compress) comes from the :class:`~proxy.decide.plan.Planner`. If the upstream still
 answers a context-length error, the request is planned again against the limit the
 error names and retried once; for streams this works because such an error arrives
-as JSON before any event.
+as JSON before any event, or as a 200 stream with no event at all (llama.cpp), which
+is taken for an overflow of unknown limit.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from proxy.decide.decision import Decision
 from proxy.decide.plan import Plan
-from proxy.errors import HandoffError, StoreUnavailable
+from proxy.errors import HandoffError, StoreUnavailable, UpstreamUnreachable
 from proxy.ingress.chat_request import ChatRequest
 from proxy.server.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.server.request_body import read_limited
@@ -30,6 +32,7 @@ from proxy.server.workspace import session_hint, workspace_for
 from proxy.store.base import TurnRecord, request_params
 from proxy.upstream.forward import (
     StreamOutcome,
+    first_chunk,
     is_sse,
     read_bounded,
     relay_rest,
@@ -98,7 +101,14 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
     workspace = workspace_for(request.headers)
     plan = fmt.own_plan(req) if fmt.own_plan is not None else None
     if plan is None:
-        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+        try:
+            plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+        except HandoffError as e:  # refused before any upstream call: recorded all the same
+            refused = _Turn(status=e.status, error=e.body())
+            latency_ms = (time.perf_counter() - t0) * 1000
+            rejected = Plan(body=req.raw, decision=Decision(action="rejected"))
+            _record(svc, request, fmt, req, up, rejected, refused, started, latency_ms)
+            raise
     turn = _Turn()
     try:
         return await _exchange(request, svc, fmt, req, up, plan, turn)
@@ -154,22 +164,28 @@ async def _exchange(
     max_answer = svc.settings.server.max_answer_bytes
     while True:
         resp = await send(up, "POST", url, headers, plan.body, svc.timeout)
+        empty_stream = False
         try:
             turn.status = resp.status
             if is_sse(resp):
-                turn.streamed = True
-                return await _relay_sse(request, svc, fmt, up, resp, plan, turn)
-            body, whole = await read_bounded(up, resp, max_answer)
-            if not whole:  # too large to hold; an overflow error never is
-                return await _relay_large(request, up, resp, plan, body, turn, max_answer)
+                head = await first_chunk(up, resp)
+                if head or resp.status != 200:
+                    turn.streamed = True
+                    return await _relay_sse(request, svc, fmt, up, resp, plan, turn, head)
+                body, empty_stream = b"", True
+            else:
+                body, whole = await read_bounded(up, resp, max_answer)
+                if not whole:  # too large to hold; an overflow error never is
+                    return await _relay_large(request, up, resp, plan, body, turn, max_answer)
         finally:
             resp.close()  # drops an unfinished stream's connection: the upstream stops
-        limit = fmt.context_limit(resp.status, body)
+        limit = 0 if empty_stream else fmt.context_limit(resp.status, body)
         if limit is not None and not turn.retried and up.compress:
             turn.retried = True
             log.warning(
                 "upstream_context_overflow",
                 limit=limit,
+                empty_stream=empty_stream,
                 retrying=True,
                 model=req.model,
                 upstream=up.name,
@@ -183,11 +199,28 @@ async def _exchange(
             )
             turn.replanned = plan
             continue
+        if empty_stream:
+            raise _empty_stream(up, turn.retried)
         turn.json_body = body
         turn.bytes_out = len(body)
         return web.Response(
             status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)
         )
+
+
+def _empty_stream(up: Upstream, retried: bool) -> UpstreamUnreachable:
+    """A 200 stream with no event, not answered by a retry: an error, never an empty reply."""
+    why = (
+        "again after handoff fitted the conversation smaller"
+        if retried
+        else "and compression is off for this route, so handoff cannot fit it smaller"
+    )
+    return UpstreamUnreachable(
+        f"Upstream {up.name!r} answered with an empty event stream {why}. llama.cpp does "
+        'this when the prompt does not fit its n_ctx: set [models."NAME"] context_window '
+        "to the server's n_ctx, or start the server with a larger one.",
+        code="upstream_empty_stream",
+    )
 
 
 async def _relay_sse(
@@ -198,6 +231,7 @@ async def _relay_sse(
     resp: Any,
     plan: Plan,
     turn: _Turn,
+    head: bytes,
 ) -> web.StreamResponse:
     assembler = fmt.assembler()
     keep_raw = svc.settings.store.keep_raw_sse
@@ -210,7 +244,7 @@ async def _relay_sse(
 
     outcome = StreamOutcome()
     try:
-        return await relay_stream(request, up, resp, plan.response_headers, tee, outcome)
+        return await relay_stream(request, up, resp, plan.response_headers, tee, outcome, head)
     except (ConnectionResetError, asyncio.CancelledError):
         if not assembler.complete:
             raise

@@ -152,6 +152,21 @@ class Store(Protocol):
     async def close(self) -> None:
         """Drain everything queued, then close."""
 
+    def load_limits(self) -> dict[str, Any]:
+        """The windows upstreams named in overflow errors, as last saved (empty when
+        none): :meth:`proxy.decide.windows.learned.LearnedLimits.snapshot`'s shape."""
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        """Queue the learned windows for writing, next to calibration (non-blocking):
+        called when one is learned, so a restart does not pay the refusal again."""
+
+    def load_summary(self, key: str) -> str | None:
+        """A summary written earlier, by the hash of what it summarized (blocking: call it
+        in a thread); None when there is none."""
+
+    def save_summary(self, key: str, text: str) -> None:
+        """Queue a summary for writing (non-blocking), so a restart does not pay again."""
+
 
 class StoreReader(Protocol):
     """Read-only queries (CLI, ``/handoff/v1``), usable while a proxy writes.

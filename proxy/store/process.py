@@ -38,7 +38,13 @@ import structlog
 
 from proxy.store import memories
 from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s
-from proxy.store.calibration import load_calibration
+from proxy.store.calibration import (
+    limits_row,
+    load_calibration,
+    load_limits,
+    load_summary,
+    summary_row,
+)
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
 from proxy.store.read import SqliteReader
@@ -224,6 +230,18 @@ class ProcessStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        self.save_calibration(limits_row(data))
+
+    def load_limits(self) -> dict[str, Any]:
+        return load_limits(self.path)
+
+    def save_summary(self, key: str, text: str) -> None:
+        self.save_calibration(summary_row(key, text))
+
+    def load_summary(self, key: str) -> str | None:
+        return load_summary(self.path, key)
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self.path)

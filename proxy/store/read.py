@@ -341,7 +341,8 @@ class SqliteReader:
 
     def load_calibration(self) -> dict[str, Any]:
         with self._db() as db:
-            return {k: orjson.loads(v) for k, v in db.execute("SELECT key, value FROM calibration")}
+            rows = db.execute("SELECT key, value FROM calibration WHERE key NOT LIKE 'summary:%'")
+            return {k: orjson.loads(v) for k, v in rows}
 
 
 def _expand(ops: list[fwd.Op]) -> list[bool]:

@@ -39,7 +39,14 @@ import structlog
 
 from proxy.store import memories, retention
 from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s, settled
-from proxy.store.calibration import load_calibration, save_calibration
+from proxy.store.calibration import (
+    limits_row,
+    load_calibration,
+    load_limits,
+    load_summary,
+    save_calibration,
+    summary_row,
+)
 from proxy.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
@@ -247,6 +254,18 @@ class SqliteStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        self.save_calibration(limits_row(data))
+
+    def load_limits(self) -> dict[str, Any]:
+        return load_limits(self.path)
+
+    def save_summary(self, key: str, text: str) -> None:
+        self.save_calibration(summary_row(key, text))
+
+    def load_summary(self, key: str) -> str | None:
+        return load_summary(self.path, key)
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self.path)

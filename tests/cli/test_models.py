@@ -43,7 +43,7 @@ def test_list_json_has_builtin_and_config(config: Path, capsys: pytest.CaptureFi
     assert rows["llama3*"] == {
         "model": "llama3*",
         "context_window": 8192,
-        "max_output_tokens": 8192,
+        "max_output_tokens": 2048,  # only a window configured: a quarter of it
         "tokenizer": "cl100k_base",
         "source": "config",
     }

@@ -24,6 +24,7 @@ from tests.fake_upstream.constants import (
     CountTokens,
 )
 from tests.fake_upstream.errors import ApiError, context_error, model_not_found, openai_error
+from tests.fake_upstream.local_servers import add_local_routes
 from tests.fake_upstream.replies import (
     authorization_fingerprint,
     build_completion,
@@ -56,6 +57,8 @@ class FaultKind(StrEnum):
     SERVER_ERROR = "server_error"
     RATE_LIMIT = "rate_limit"
     CONTEXT_LENGTH = "context_length"
+    EMPTY_STREAM = "empty_stream"
+    """200 text/event-stream with no event at all (llama-cpp-python's overflow)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,10 @@ class _NotJson(Exception):
     """Answer 200 with a body that is not JSON."""
 
 
+class _EmptyStream(Exception):
+    """Answer 200 text/event-stream and end it with no event."""
+
+
 FAKE_KEY = web.AppKey("fake_upstream", object)
 
 
@@ -108,6 +115,13 @@ class FakeUpstream:
     ``stream_chunks`` (pieces per content), ``fault`` (applies to every chat request),
     ``inject(...)`` (faults for the next chat requests), ``context_error_style``,
     ``extra_headers`` (added to every answer, e.g. the CORS headers OpenAI's API sends).
+    ``overflow_as_empty_stream``: a streamed request over the window is answered 200 with
+    no event at all, as llama-cpp-python does. ``close_kept_alive``: a second request on a
+    connection that was answered on before is dropped unread, as a server that closed
+    its idle keep-alive connection; counted in ``dropped``, not in ``requests``.
+    ``local_server``: also serve that server's own window endpoints (llama.cpp
+    ``/props``, Ollama ``/api/version|tags|show``, LM Studio ``/api/v0/models``), each
+    reporting ``models``' windows as that server does (see ``local_servers``).
     Faults hit chat requests only, so a proxy's model discovery cannot use them up.
     Tests read ``requests``, ``cancelled`` (requests whose client left mid-answer) and
     ``frames_sent`` (SSE frames written so far, over all streams).
@@ -126,6 +140,9 @@ class FakeUpstream:
         tool_trigger: str = "tool",
         context_error_style: ContextErrorStyle = "openai",
         canned: Mapping[str, str] | None = None,
+        overflow_as_empty_stream: bool = False,
+        close_kept_alive: bool = False,
+        local_server: Literal["llamacpp", "ollama", "lmstudio"] | None = None,
     ) -> None:
         self.models = dict(DEFAULT_MODELS if models is None else models)
         self.count_tokens = count_tokens or estimate_tokens
@@ -138,6 +155,11 @@ class FakeUpstream:
         self.context_error_style: ContextErrorStyle = context_error_style
         self.canned = dict(canned or {})
         """Model → the content every answer of that model has (instead of an echo)."""
+        self.overflow_as_empty_stream = overflow_as_empty_stream
+        self.close_kept_alive = close_kept_alive
+        self.local_server = local_server
+        self.dropped = 0
+        self._answered: set[object] = set()  # client (host, port): one per connection
         self.fault: Fault | None = None
         self.extra_headers: dict[str, str] = {}
         self.faults: deque[Fault] = deque()
@@ -169,6 +191,8 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model}", self._model)
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
+        if self.local_server is not None:
+            add_local_routes(app, self.local_server, self.models, self._record)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
@@ -250,6 +274,14 @@ class FakeUpstream:
         return await answer_count(self.anthropic, _json_or_none(recorded.body))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        if self.close_kept_alive and peer in self._answered:
+            self.dropped += 1
+            self._notify()
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        self._answered.add(peer)
         recorded = await self._record(request)
         headers = self._headers(request, recorded)
         fault = self.faults.popleft() if self.faults else self.fault
@@ -269,6 +301,8 @@ class FakeUpstream:
             )
         except _Aborted:
             raise asyncio.CancelledError from None
+        except _EmptyStream:
+            return await self._stream(request, headers, [], None)
 
     async def _answer(
         self,
@@ -291,6 +325,8 @@ class FakeUpstream:
         window = self._window(body["model"])
         prompt, completion = self.count_tokens(body), requested_completion(body)
         if prompt + completion > window:
+            if self.overflow_as_empty_stream and body.get("stream") is True:
+                raise _EmptyStream
             raise context_error(self.context_error_style, window, prompt, completion)
         reply = build_completion(body, prompt, self.tool_trigger)
         if body["model"] in self.canned:
@@ -351,6 +387,8 @@ class FakeUpstream:
             await self._pause(request, float("inf"))
         if kind is FaultKind.NOT_JSON:
             raise _NotJson
+        if kind is FaultKind.EMPTY_STREAM:
+            raise _EmptyStream
         if kind is FaultKind.SERVER_ERROR:
             text = "The server had an error while processing your request. Sorry about that!"
             raise openai_error(text, status=500, type_="server_error")

@@ -118,7 +118,7 @@ async def test_a_memory_when_handed_to_another_model_or_compressed(
     await _play(client, ["one", "two", "three"], model=["gpt-4o", "gpt-4o", "gpt-4o-mini"])
     (mem,) = await _until(lambda: _memories(db))
     assert (mem["reason"], mem["turns"]) == ("handoff", 3)
-    big = "x " * 3000  # three of these overflow small-8k
+    big = "x " * 5000  # three of these overflow small-8k (with its quarter kept for output)
     await _play(client, [f"a {big}", f"b {big}", f"c {big}", "d"], model="small-8k")
     found = await _until(lambda: [m for m in _memories(db) if m["reason"] == "compressed"])
     assert found[0]["turns"] >= 3

@@ -14,6 +14,12 @@ from bench.clients import LoadGen, Wrk
 from bench.procs import Replicas, Server, cpu_seconds, memory_kb, reset_peak, settle
 
 CHAT = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
+ROUTE_NAMES = {MESSAGES: "Messages", RESPONSES: "Responses"}
+"""The wire formats other than chat, by route, as the rows name them."""
+BODY_ROUTES = {"messages-1k": MESSAGES, "responses-1k": RESPONSES}
+"""The route a body goes to, when it is not chat's."""
 
 
 @dataclass(frozen=True)
@@ -147,19 +153,23 @@ def interleave(
 def warm(b: Bench, targets: Sequence[Server]) -> None:
     """First requests load lazy state (tokenizers, pools) before anything is timed."""
     for t in targets:
-        for body in ("1k", "32k"):
-            b.lg.run(op="closed", port=t.port, path=CHAT, body_file=b.bodies[body], concurrency=4,
+        for body in ("1k", "32k", "responses-1k"):
+            b.lg.run(op="closed", port=t.port, path=BODY_ROUTES.get(body, CHAT),
+                     body_file=b.bodies[body], concurrency=4,
                      requests=b.plan.warm_requests, seconds=b.plan.step_seconds)  # fmt: skip
         b.lg.run(op="stream", port=t.port, path=_stream_path(b.plan),
                  body_file=b.bodies["stream"], requests=2, seconds=b.plan.step_seconds)  # fmt: skip
 
 
-def cpu_per_request(b: Bench, fwd: Server | Replicas, handoff: Server | Replicas, body: str) -> Row:
-    """Server CPU time ÷ requests at modest concurrency, from ``/proc``."""
+def cpu_per_request(
+    b: Bench, fwd: Server | Replicas, handoff: Server | Replicas, body: str, path: str = CHAT
+) -> Row:
+    """Server CPU time ÷ requests at modest concurrency, from ``/proc``; ``path`` names the
+    route (Chat Completions, or Anthropic Messages for the ``messages-…`` bodies)."""
 
     def once(t: Server) -> float:
         before = cpu_seconds(t.pid)
-        r = b.lg.run(op="closed", port=t.port, path=CHAT, body_file=b.bodies[body],
+        r = b.lg.run(op="closed", port=t.port, path=path, body_file=b.bodies[body],
                      concurrency=b.plan.cpu_concurrency, requests=b.plan.cpu_requests,
                      seconds=b.plan.step_seconds)  # fmt: skip
         settle([t.pid])  # work deferred past the answers (e.g. store writes) counts too
@@ -169,25 +179,28 @@ def cpu_per_request(b: Bench, fwd: Server | Replicas, handoff: Server | Replicas
     b.raw[f"cpu_ms_per_request_{body}"] = per
     h, f = median(per[handoff.name]), median(per[fwd.name])
     ratio = h / f if f else None
-    return Row(f"passthrough CPU per request, {body.upper()}B body", "bare forwarder",
+    size = body.split("-")[-1].upper()
+    what = f"{size}B body" if path == CHAT else f"{size}B {ROUTE_NAMES[path]} body"
+    return Row(f"passthrough CPU per request, {what}", "bare forwarder",
                h, f, "ms CPU", ratio, "ratio", "≤ 1.5×",
                ratio is not None and ratio <= 1.5, _sides_note(b.plan.rounds, fwd, handoff),
                ratio_interval(per[handoff.name], per[fwd.name]))  # fmt: skip
 
 
-def latency(b: Bench, direct: Server, fwd: Server, handoff: Server) -> list[Row]:
+def latency(b: Bench, direct: Server, fwd: Server, handoff: Server, body: str = "1k") -> list[Row]:
     """Added latency at concurrency 1: target minus direct, per round, then medians."""
     results: dict[str, list[dict[str, float]]] = {t.name: [] for t in (direct, fwd, handoff)}
 
     def once(t: Server) -> float:
-        r = b.lg.run(op="closed", port=t.port, path=CHAT, body_file=b.bodies["1k"],
+        r = b.lg.run(op="closed", port=t.port, path=BODY_ROUTES.get(body, CHAT),
+                     body_file=b.bodies[body],
                      concurrency=1, requests=b.plan.lat_requests,
                      seconds=b.plan.step_seconds)  # fmt: skip
         results[t.name].append(r)
         return float(r["p50_ms"])
 
     interleave(b.plan.rounds, [direct, fwd, handoff], once)
-    b.raw["latency_c1"] = results
+    b.raw["latency_c1" if body == "1k" else f"latency_c1_{body}"] = results
     rows = []
     for q in ("p50", "p95"):
         key = f"{q}_ms"
@@ -197,7 +210,8 @@ def latency(b: Bench, direct: Server, fwd: Server, handoff: Server) -> list[Row]
         target = "≤ 1 ms over forwarder" if q == "p50" else "reported"
         passed = (h - f <= 1.0) if q == "p50" else None
         note = f"direct {q} {median(base):.3f} ms"
-        rows.append(Row(f"added latency at concurrency 1, {q}", "bare forwarder's added",
+        what = "" if body == "1k" else f", {body} body"
+        rows.append(Row(f"added latency at concurrency 1{what}, {q}", "bare forwarder's added",
                         h, f, "ms added", h - f, "added_ms", target, passed, note))  # fmt: skip
     return rows
 

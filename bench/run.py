@@ -59,6 +59,19 @@ def chat_body(size: int, stream: bool = False, model: str = "gpt-4o-mini") -> by
     return json.dumps(body).encode()
 
 
+def messages_body(size: int, model: str = "claude-sonnet-4-5") -> bytes:
+    """An Anthropic Messages request of ``size`` bytes, shaped as ``chat_body``'s."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": 1024,
+        "system": "You are a terse assistant.",
+        "messages": [{"role": "user", "content": ""}],
+    }
+    room = max(0, size - len(json.dumps(body).encode()))
+    body["messages"][0]["content"] = (WORDS * (room // len(WORDS) + 1))[:room]
+    return json.dumps(body).encode()
+
+
 def write_bodies(workdir: Path, plan: Plan) -> dict[str, str]:
     # The big body names a 1M-token model so that it fits and passes through unchanged.
     sizes = {"1k": (1024, False, "gpt-4o-mini"), "32k": (32 << 10, False, "gpt-4o-mini"),
@@ -68,7 +81,29 @@ def write_bodies(workdir: Path, plan: Plan) -> dict[str, str]:
         path = workdir / f"body-{name}.json"
         path.write_bytes(chat_body(size, stream, model))
         paths[name] = str(path)
+    path = workdir / "body-messages-1k.json"
+    path.write_bytes(messages_body(1024))
+    paths["messages-1k"] = str(path)
+    path = workdir / "body-responses-1k.json"
+    path.write_bytes(responses_body(1024))
+    paths["responses-1k"] = str(path)
     return paths
+
+
+def responses_body(size: int, model: str = "gpt-4o-mini") -> bytes:
+    """A Responses request as Codex sends one (instructions, items, store false), of
+    ``size`` bytes."""
+    body: dict[str, Any] = {
+        "model": model,
+        "instructions": "You are a terse assistant.",
+        "input": [{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": ""}]}],
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }  # fmt: skip
+    room = max(0, size - len(json.dumps(body).encode()))
+    body["input"][0]["content"][0]["text"] = (WORDS * (room // len(WORDS) + 1))[:room]
+    return json.dumps(body).encode()
 
 
 def child_env() -> dict[str, str]:
@@ -144,8 +179,12 @@ def measure_all(
     for body in ("1k", "32k"):
         say(f"CPU per request, {body} body")
         rows.append(measure.cpu_per_request(b, fwds, handoffs, body))
+    for body, route in (("messages-1k", measure.MESSAGES), ("responses-1k", measure.RESPONSES)):
+        say(f"CPU per request, {body} body")
+        rows.append(measure.cpu_per_request(b, fwds, handoffs, body, route))
     say("latency at concurrency 1")
     rows += measure.latency(b, upstream, fwd, handoff)
+    rows += measure.latency(b, upstream, fwd, handoff, "responses-1k")
     for c in (16, 64):
         say(f"throughput at concurrency {c}")
         rows.append(measure.throughput(b, fwds, handoffs, c, "fwd", 0.8))

@@ -111,6 +111,8 @@ class UpstreamSettings(_Section):
     compress: bool = True
     """False: never rewrite requests routed here; only record them."""
     ca_bundle: str | None = None
+    kind: Literal["openai", "anthropic"] = "openai"
+    """The wire formats it speaks: OpenAI's (Chat Completions…) or Anthropic Messages."""
 
     @field_validator("base_url")
     @classmethod
@@ -151,7 +153,8 @@ class ElideSettings(_Section):
 class SummarizeSettings(_Section):
     enabled: bool = False
     model: str | None = None
-    """Summarizer model; default: the request's own model."""
+    """Summarizer model; default: the largest-window model the conversation used on
+    this route (one that can read what it summarizes)."""
     upstream: str | None = None
     """Name of an [[upstreams]] entry; default: the request's own upstream."""
     timeout_s: float = Field(30.0, gt=0)
@@ -184,6 +187,10 @@ class CompressionSettings(_Section):
 
     elide: ElideSettings = Field(default_factory=ElideSettings)
     summarize: SummarizeSettings = Field(default_factory=SummarizeSettings)
+    strict_max_tokens: bool = False
+    """True: a client's max_tokens / max_completion_tokens is never lowered to fit the
+    window (the request is refused instead); false lowers it and says so in the
+    x-handoff-max-tokens response header."""
 
 
 class StoreSettings(_Section):
@@ -211,6 +218,29 @@ class StoreSettings(_Section):
     stalled and requests go on (recorded late, or counted as failed)."""
 
 
+START_OVER = ["/new", "new session", "start again", "start over", "continue the previous work",
+              "新会话", "重新开始", "继续之前的工作"]  # fmt: skip
+REMEMBER = ["remember this", "remember", "save", "记住", "保存"]
+
+
+class MemorySettings(_Section):
+    enabled: bool = True
+    every_turns: int = Field(8, gt=0)
+    """A session's memory is written at this many user turns, and every as many more."""
+    remember_phrases: list[str] = Field(default_factory=lambda: list(REMEMBER))
+    """A user message starting with one of these writes the memory now."""
+
+
+class RecallSettings(_Section):
+    enabled: bool = True
+    phrases: list[str] = Field(default_factory=lambda: list(START_OVER))
+    """A new conversation whose only user message starts with one of these recalls."""
+    max_tokens: int = Field(1500, gt=0)
+    max_share: float = Field(0.25, gt=0, le=0.9)
+    """Never more than this share of the model's prompt budget."""
+    memories: int = Field(3, gt=0, le=20)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="HANDOFF_", env_nested_delimiter="__", extra="forbid"
@@ -223,6 +253,8 @@ class Settings(BaseSettings):
     tokens: TokenSettings = Field(default_factory=TokenSettings)
     compression: CompressionSettings = Field(default_factory=CompressionSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
 
     _toml_file: ClassVar[Path | None] = None
 

@@ -1,11 +1,14 @@
-"""The errors handoff itself answers with, each rendered in OpenAI's error shape.
+"""The errors handoff itself answers with, each rendered in its route's error shape
+(OpenAI's, :func:`openai_shape`; Anthropic's on the Messages routes, :func:`anthropic_shape`).
 
 ::
 
     HandoffError                     any error handoff answers itself
     ├── ClientError                  the request is at fault (4xx)
     │   ├── InvalidRequest           400 invalid_request_error (bad JSON, bad fields)
-    │   ├── ContextTooLarge          400 context_length_exceeded (pinned turns alone overflow)
+    │   ├── ContextTooLarge          400 context_length_exceeded (the output reservation alone)
+    │   ├── Unfittable               400 code handoff_unfittable: nothing handoff may cut makes
+    │   │                            it fit (worded so clients do not "compact and retry")
     │   ├── MalformedHttp            400 invalid_http: HTTP aiohttp cannot parse, a bad body
     │   ├── Unauthorized             401 (missing or wrong x-handoff-key)
     │   ├── Forbidden                403 permission_error (a cross-site request, the admin view)
@@ -13,6 +16,7 @@
     │   ├── BodyTooLarge             413 body over server.max_body_bytes
     │   ├── UnsupportedEncoding      415 a Content-Encoding handoff cannot decompress
     │   ├── MisdirectedHost          421 a Host this handoff does not answer to
+    │   ├── WebSocketRefused         426 a WebSocket upgrade (Codex then falls back to HTTP)
     │   └── HeadTooLarge             431 a line or header over 8,190 bytes, over 128 headers
     ├── UpstreamError                the upstream could not be reached or answered too late
     │   ├── UpstreamUnreachable      502
@@ -61,6 +65,14 @@ class ContextTooLarge(ClientError):
     code = "context_length_exceeded"
 
 
+class Unfittable(ClientError):
+    """The pinned messages alone (system prompt, newest user turn) cannot fit. Not an
+    overflow to clients: its code and words differ, because agent CLIs answer an
+    overflow by compacting and resending, which cannot help here (one looped 629 times)."""
+
+    code = "handoff_unfittable"
+
+
 class Unauthorized(ClientError):
     status = 401
     type = "authentication_error"
@@ -94,6 +106,11 @@ class MalformedHttp(ClientError):
 class UnsupportedEncoding(ClientError):
     status = 415
     code = "unsupported_content_encoding"
+
+
+class WebSocketRefused(ClientError):
+    status = 426
+    code = "websocket_not_supported"
 
 
 class HeadTooLarge(ClientError):
@@ -132,6 +149,19 @@ ErrorShape = Callable[[HandoffError], dict[str, Any]]
 
 def openai_shape(err: HandoffError) -> dict[str, Any]:
     return err.body()
+
+
+_ANTHROPIC_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                    413: "request_too_large"}  # fmt: skip
+
+
+def anthropic_shape(err: HandoffError) -> dict[str, Any]:
+    """Anthropic Messages' error body: ``{"type": "error", "error": {"type", "message"}}``,
+    the type named as Anthropic names it for the status (the SDKs read only these)."""
+    kind = _ANTHROPIC_TYPES.get(err.status)
+    if kind is None:
+        kind = "invalid_request_error" if err.status < 500 else "api_error"
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
 
 
 def error_body(

@@ -2,8 +2,8 @@
 
 Fields are snake_case. Only ``request_id`` is bound to the request's context (so every
 event of a request can be joined to it), in a context variable of its own
-(:func:`bind_request_id`: one ``ContextVar.set``, where structlog's
-``bind_contextvars`` costs ~2 µs); the canonical event's own fields go in a
+(:func:`bind_request_id`: one ``ContextVar.set``, cheaper than structlog's
+``bind_contextvars``); the canonical event's own fields go in a
 per-request dict (:func:`proxy.server.request_log.request_fields`) that the route's wrapper
 (:mod:`proxy.server.endpoint`) logs once at the end.
 A last-line scrubber drops anything that looks like a credential, in every field (nested
@@ -165,9 +165,8 @@ FLUSH_BYTES = 64 << 10
 def _write_batched(line: bytes) -> None:
     """Hold a request line, and write all that are held in one write(2) within
     ``FLUSH_EVERY_S`` (or once ``FLUSH_BYTES`` are held). Non-interactive stderr
-    is unbuffered (a raw file: every write is a system call), and writing each
-    request's line as it came, then flushing once per event-loop iteration, cost
-    11% of the proxy's CPU per 1 KB request, measured side by side. Held lines are
+    is unbuffered (a raw file: every write is a system call), and a write per line
+    cost a tenth of the proxy's CPU (bench/NOTES.md). Held lines are
     written at exit (``atexit``), so only a ``kill -9`` can lose the last ones.
     Outside a running loop, or to a text-only stream, a line is written at once."""
     stream = getattr(sys.stderr, "buffer", None)
@@ -217,8 +216,8 @@ def log_request(request_id: str, fields: dict[str, Any]) -> None:
 
     In JSON format the line is rendered here, exactly as the processor chain below
     would render it (same keys in the same order, same scrubbing): that chain costs
-    ~20 µs a call, a third of what a passthrough request costs beyond the bare
-    forwarder. Every other event, and the console format, goes through structlog."""
+    a third of what a passthrough request adds to a bare forwarder (bench/NOTES.md).
+    Every other event, and the console format, goes through structlog."""
     if not _request_events.enabled:
         return
     if not _request_events.json:
@@ -244,8 +243,8 @@ _CLEAN_KEYS: set[str] = set()
 """Field names seen and found not to name a secret."""
 _CLEAN_VALUES: set[str] = set()
 """Field values seen and found to hold no secret. A request's path, model, upstream and
-decision recur, so most requests find every value here: a set lookup each, where
-scanning the rendered line for what starts a secret cost ~3 µs a request."""
+decision recur, so most requests find every value here: a set lookup each, instead
+of scanning the rendered line for what starts a secret."""
 _MAX_CLEAN_VALUES = 4096
 _MAX_CLEAN_VALUE_LEN = 256
 

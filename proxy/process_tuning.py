@@ -1,13 +1,12 @@
 """Heap and garbage-collector settings for a serving process (the proxy, the store writer).
 
 Heap: glibc returns the top of the heap to the kernel once 128 KiB are free there, so a
-request that parses and re-serialises a 32 KB body frees that memory, and the next
-request faults the same pages in again: ~18 page faults a request, each ~3 µs in a
-VM, more than the parse itself. Raising the trim and mmap thresholds keeps up to
-:data:`TRIM_BYTES` of free heap around (freed memory is still reused by the
-process; blocks above :data:`MMAP_BYTES`, such as multi-megabyte bodies, still get
-their own mapping and are handed back when freed (with a 32 MiB threshold, 64
-concurrent 4 MB requests grew peak RSS by 2.2x the bytes in flight, not 1.4x).
+request that parses and re-serialises a large body frees that memory, and the next
+request faults the same pages in again, at more cost than the parse itself. Raising
+the trim and mmap thresholds keeps up to :data:`TRIM_BYTES` of free heap around (freed
+memory is still reused by the process); blocks above :data:`MMAP_BYTES`, such as
+multi-megabyte bodies, still get their own mapping and are handed back when freed (a
+higher threshold let concurrent large requests grow peak memory: bench/NOTES.md).
 
 Applied by ``handoff serve`` unless the environment already sets any ``MALLOC_*``
 variable, so an operator's own glibc tuning always wins.

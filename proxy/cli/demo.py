@@ -6,13 +6,16 @@ in this process, on free loopback ports, with the store in a temporary directory
 that grows past 8k tokens on a 1M-window model, switches to an 8k one (handoff
 compresses) and back (the original history passes untouched). Each turn's decision
 comes from the ``x-handoff-*`` response headers; the session timeline comes from the
-store, printed by ``handoff sessions show``.
+store, printed by ``handoff sessions show``. Each run is a conversation of its own (its
+system message says when it began), so a second run into the same store adds a session
+instead of replaying the first one's turns as regenerates.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import importlib.util
 import logging
 import tempfile
@@ -139,8 +142,9 @@ async def converse(base_url: str, access_key: str, say: Say) -> None:
         base_url=base_url, api_key="sk-demo-not-a-real-key", max_retries=0,
         default_headers=headers,
     )  # fmt: skip
+    begun = dt.datetime.now().isoformat(timespec="milliseconds")
     history: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a build engineer's assistant."}
+        {"role": "system", "content": f"You are a build engineer's assistant. (demo, {begun})"}
     ]
     try:
         for n, step in enumerate(SCRIPT, 1):

@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from proxy.cli import demo, models, plan, serve, sessions, simulate
+from proxy.cli import demo, mcp, models, plan, serve, sessions, simulate
 from proxy.config import ConfigError
 from proxy.log import configure_logging
 
-COMMANDS = (serve, models, plan, sessions, demo, simulate)
+COMMANDS = (serve, models, plan, sessions, demo, simulate, mcp)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,15 +1,18 @@
 """``handoff models``: the known context windows, or why one name gets its window.
 
 ``handoff models [--json]`` lists built-in and configured windows;
-``handoff models NAME [--json]`` explains which entry matched and by which rule,
-the encoding used and whether counts are exact, the budget of a default request,
-and the calibration factor when one is known. Exit status 1: NAME is unknown.
+``handoff models NAME [--json] [--store PATH]`` explains which entry matched and by
+which rule, the encoding used and whether counts are exact, the budget of a default
+request, and from the store (``--store``, else the configured one) the calibration
+factor and the limits learned: windows upstreams named when refusing a prompt, and the
+windows turns were planned with. Exit status 1: NAME is unknown.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,6 +23,8 @@ from proxy.config import Settings, load_settings
 from proxy.decide.budget import compute_budget
 from proxy.decide.tokens import Calibration, TokenCounter
 from proxy.decide.windows import ModelInfo, WindowRegistry
+from proxy.store.calibration import LIMITS_KEY
+from proxy.store.limits import learned_limits
 from proxy.store.read import SqliteReader
 
 
@@ -32,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("name", nargs="?", help="a model name as a client would send it")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--store", metavar="PATH", help="the store to read (default: from config)")
     p.set_defaults(func=run)
 
 
@@ -39,11 +45,21 @@ def run(args: argparse.Namespace, calibration: Calibration | None = None) -> int
     """Entry point; ``calibration`` is the persisted one when the caller has a store."""
     settings = load_settings(getattr(args, "config", None))
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
+    given = getattr(args, "store", None)
+    store = _store_path(settings, given)
+    if given and store is None:
+        print(f"error: no store at {given} (give the proxy's store file)", file=sys.stderr)
+        return 1
+    stored = _stored(store)
+    registry.limits.load(stored.get(LIMITS_KEY) or {})  # windows named in overflow errors
     if args.name is None:
         return _list(registry, args.json)
-    if calibration is None:
-        calibration = _stored_calibration(settings)
+    if calibration is None and stored:
+        calibration = Calibration()
+        calibration.load(stored)
     report = describe(args.name, registry, settings, TokenCounter(0), calibration)
+    if report["known"] or store is not None:
+        report["learned"] = learned_limits(store, args.name) if store is not None else None
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -51,14 +67,18 @@ def run(args: argparse.Namespace, calibration: Calibration | None = None) -> int
     return 0 if report["known"] else 1
 
 
-def _stored_calibration(settings: Settings) -> Calibration | None:
-    """The calibration the proxy persisted in its store, if there is one."""
+def _store_path(settings: Settings, given: str | None) -> Path | None:
+    """``--store``, else the configured store; None when there is no such file."""
+    if given:
+        path = Path(given).expanduser()
+        return path if path.is_file() else None
     path = settings.store_path()
-    if not settings.store.enabled or not path.is_file():
-        return None
-    calibration = Calibration()
-    calibration.load(SqliteReader(path).load_calibration())
-    return calibration
+    return path if settings.store.enabled and path.is_file() else None
+
+
+def _stored(path: Path | None) -> dict[str, Any]:
+    """What the proxy persisted in its store besides turns (calibration, learned windows)."""
+    return {} if path is None else SqliteReader(path).load_calibration()
 
 
 def describe(
@@ -153,3 +173,19 @@ def _print_report(report: dict[str, Any]) -> None:
         )
     else:
         console.print("calibration: no upstream replies observed yet", markup=False)
+    _print_learned(console, report.get("learned"))
+
+
+def _print_learned(console: Console, learned: dict[str, Any] | None) -> None:
+    if learned is None:
+        console.print("learned limits: no store to read (--store PATH)", markup=False)
+        return
+    for o in learned["overflows"]:
+        limit = f"{o['limit']:,}" if o["limit"] else "unnamed"
+        console.print(
+            f"learned limit: {o['upstream']} refused {o['refusals']} prompt(s) as too long"
+            f" (limit {limit})",
+            markup=False,
+        )
+    windows = ", ".join(f"{w['window']:,} ({w['turns']} turns)" for w in learned["windows"])
+    console.print(f"windows planned with: {windows or 'none recorded'}", markup=False)

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     up = Upstream(name="plan", base_url="http://plan.invalid", patterns=("*",))
     engine = build_engine(settings, Router([up]))
     try:
-        plan = asyncio.run(engine.plan(req, up))
+        plan = asyncio.run(engine.plan(req, up, count=True))  # a dry run counts
     except HandoffError as e:
         if args.json:
             print(orjson.dumps(e.body(), option=orjson.OPT_INDENT_2).decode())

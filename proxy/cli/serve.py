@@ -13,8 +13,8 @@ from proxy.config import Settings, load_settings
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_open_file_limit, tune_malloc
 from proxy.server.app import create_app
-from proxy.server.build import store_writer
 from proxy.server.serving import serve
+from proxy.store.configured import store_writer
 from proxy.store.errors import StoreInUse
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.console import Console
 from rich.table import Table
 
+from proxy.cli import memory_commands, message_view, sessions_import, sessions_resume
+from proxy.cli.progress import Progress
+from proxy.cli.session_table import session_table
 from proxy.config import load_settings
 from proxy.store import admin
 from proxy.store.durations import parse_count, parse_duration, parse_since
@@ -24,7 +27,6 @@ from proxy.store.errors import InvalidDocument, StoreError
 from proxy.store.export import FORMATS, export
 from proxy.store.jsonout import dumps_text
 from proxy.store.read import SqliteReader
-from proxy.store.write import message_text
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser("show", parents=[common], help="a session's timeline, or one turn")
     p.add_argument("id")
     p.add_argument("--turn", type=parse_count, metavar="N", help="show turn N in full")
+    cut = "with --turn: cut each message at N characters"
+    p.add_argument("--max-chars", type=parse_count, metavar="N", help=cut)
     p = sub.add_parser("diff", parents=[common], help="original history vs what was sent")
     p.add_argument("id")
     p.add_argument("--turn", type=parse_count, metavar="N", required=True)
@@ -56,10 +60,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--turn", type=parse_count, metavar="N", help="export up to turn N")
     p.add_argument("--format", choices=FORMATS, default="portable")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    p = sub.add_parser("import", parents=[common], help="load a portable export")
-    p.add_argument("file")
+    p.add_argument("--progress", action="store_true", help="report turns read on stderr")
+    p.add_argument("--sent", action="store_true", help="what the turn sent, not the history")
+    sessions_import.register(sub, common)
+    sessions_resume.register(sub, common)
     p = sub.add_parser("prune", parents=[common], help="delete old sessions")
     p.add_argument("--older-than", type=parse_duration, required=True, metavar="AGE")
+    memory_commands.register(sub, common)
 
 
 def _store_path(args: argparse.Namespace) -> Path:
@@ -73,7 +80,7 @@ def _console() -> Console:
     it prints was written by clients and upstreams; ``[/b]`` in it once crashed it)."""
     plain: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
     console = Console(**plain)
-    if not console.is_terminal:
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # (a pipe: as wide as it takes)
         console = Console(**plain, width=200, soft_wrap=True)
     return console
 
@@ -111,7 +118,8 @@ def _when(ts: float | None) -> str:
 
 
 def _list(args: argparse.Namespace, path: Path) -> int:
-    rows = SqliteReader(path).list_sessions(
+    reader = SqliteReader(path)
+    rows = reader.list_sessions(
         model=args.model,
         since=args.since,
         search=args.search,
@@ -122,23 +130,8 @@ def _list(args: argparse.Namespace, path: Path) -> int:
     if args.json:
         _print_json(rows)
         return 0
-    table = Table(
-        "id", "workspace", "started", "last turn", "turns", "models", "handoffs", "tokens", "title"
-    )
-    for r in rows:
-        cells = (
-            r["id"],
-            r["workspace"],
-            _when(r["started_at"]),
-            _when(r["last_turn_at"]),
-            r["turns"],
-            ", ".join(r["models"]),
-            r["handoffs"],
-            _n(r["tokens"]),
-            r["title"][:40],
-        )
-        table.add_row(*map(_shown, cells))
-    _console().print(table)
+    console = _console()
+    console.print(session_table(rows, reader.session_ids(), console.width, _shown))
     return 0
 
 
@@ -156,7 +149,7 @@ def _tokens(t: Mapping[str, Any]) -> str:
 def _show(args: argparse.Namespace, path: Path) -> int:
     reader = SqliteReader(path)
     if args.turn is not None:
-        return _show_turn(reader.turn(args.id, args.turn), args.json)
+        return _show_turn(reader.turn(args.id, args.turn), args.json, args.max_chars)
     info = reader.session(args.id)
     if args.json:
         _print_json(info)
@@ -203,12 +196,14 @@ def _show(args: argparse.Namespace, path: Path) -> int:
 
 
 def _brief(m: Mapping[str, Any], width: int = 160) -> str:
-    text = " ".join(message_text(m).split())
-    brief = f"{m.get('role', '?')}: {text[:width]}" + ("…" if len(text) > width else "")
-    return _shown(brief)
+    return _shown(message_view.brief(m, width))
 
 
-def _show_turn(t: dict[str, Any], as_json: bool) -> int:
+def _full(m: Mapping[str, Any], max_chars: int | None) -> str:
+    return _shown(message_view.full(m, max_chars))
+
+
+def _show_turn(t: dict[str, Any], as_json: bool, max_chars: int | None = None) -> int:
     if as_json:
         _print_json(t)
         return 0
@@ -225,19 +220,19 @@ def _show_turn(t: dict[str, Any], as_json: bool) -> int:
         console.print("decision: " + dumps_text(t["decision"]))
     console.print(f"\noriginal history ({len(t['history'])} messages):")
     for i, m in enumerate(t["history"]):
-        console.print(f"  [{i}] {_brief(m)}")
+        console.print(f"  [{i}] {_full(m, max_chars)}")
     if t["forwarded"] is None:
         console.print("\nforwarded: unchanged")
     else:
         console.print(f"\nforwarded ({len(t['forwarded'])} messages):")
         for i, m in enumerate(t["forwarded"]):
-            console.print(f"  [{i}] {_brief(m)}")
+            console.print(f"  [{i}] {_full(m, max_chars)}")
     reply = t["reply"]
-    console.print("\nreply: " + (_brief(reply, 2000) if reply else "(none)"))
+    console.print("\nreply: " + (_full(reply, max_chars) if reply else "(none)"))
     for c in (t.get("choices") or [])[1:]:  # n > 1: choice 0 is the reply above
         message = c.get("message")
-        shown = _brief(message, 2000) if isinstance(message, dict) else "(none)"
-        console.print(_shown(f"choice {c.get('index')}: {shown}"))
+        shown = _full(message, max_chars) if isinstance(message, dict) else "(none)"
+        console.print(f"choice {c.get('index')}: {shown}")
     if t["error"]:
         console.print("error: " + dumps_text(t["error"]))
     return 0
@@ -260,28 +255,19 @@ def _diff(args: argparse.Namespace, path: Path) -> int:
 
 
 def _export(args: argparse.Namespace, path: Path) -> int:
-    out = export(SqliteReader(path), args.id, args.format, args.turn)
+    progress = Progress("export", "turns", forced=args.progress)
+    try:
+        out = export(
+            SqliteReader(path), args.id, args.format, args.turn, sent=args.sent, progress=progress
+        )
+    finally:
+        progress.close()
     text = out if isinstance(out, str) else dumps_text(out, indent=True)
     if args.output:
         Path(args.output).write_text(text + ("" if text.endswith("\n") else "\n"))
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
-    return 0
-
-
-def _import(args: argparse.Namespace, path: Path) -> int:
-    try:
-        doc = orjson.loads(Path(args.file).read_bytes())
-    except OSError as e:
-        raise InvalidDocument(args.file, f"cannot read: {e.strerror}") from None
-    except orjson.JSONDecodeError as e:
-        raise InvalidDocument(args.file, f"not valid JSON: {e}") from None
-    sid = admin.import_document(path, doc)
-    if args.json:
-        _print_json({"imported": sid})
-    else:
-        print(f"imported {sid}")
     return 0
 
 
@@ -299,6 +285,9 @@ _COMMANDS = {
     "show": _show,
     "diff": _diff,
     "export": _export,
-    "import": _import,
+    "import": sessions_import.run,
+    "resume": sessions_resume.run,
     "prune": _prune,
+    "remember": memory_commands.remember,
+    "recall": memory_commands.recall,
 }

@@ -16,7 +16,7 @@ from typing import Any
 
 from proxy.config import TokenSettings
 from proxy.decide.windows import ModelInfo
-from proxy.errors import ContextTooLarge
+from proxy.errors import ContextTooLarge, Unfittable
 
 
 @dataclass(frozen=True)
@@ -78,20 +78,25 @@ def capped(budget: Budget, limit: int) -> Budget:
     return Budget(budget.window, budget.reserved_output, margin, limit)
 
 
-def too_large(model: str, budget: Budget, pinned: int) -> ContextTooLarge:
-    """The 400 for a request whose pinned messages (``pinned`` tokens) cannot fit."""
+def too_large(model: str, budget: Budget, pinned: int) -> ContextTooLarge | Unfittable:
+    """The 400 for a request whose pinned messages (``pinned`` tokens) cannot fit.
+
+    The words avoid what clients match as an overflow ("context", "prompt", "exceed",
+    "maximum", "too long"): compacting and resending cannot help, so they must not."""
     if budget.reserved_output >= budget.window - budget.margin:
         return ContextTooLarge(
             f"max_tokens / max_completion_tokens ({budget.reserved_output:,}) leaves no room "
-            f"for any prompt in {model}'s {budget.window:,}-token window. Lower it.",
+            f"for any prompt in {model}'s {budget.window:,}-token window. Lower it, or set "
+            "compression.strict_max_tokens = false to let handoff lower it.",
             param="max_tokens",
         )
-    return ContextTooLarge(
-        f"This conversation cannot fit {model}: its system prompt and newest user "
-        f"message alone take {pinned:,} tokens, over the model's prompt budget of "
-        f"{budget.budget:,} (window {budget.window:,} minus {budget.reserved_output:,} "
-        f"reserved for output and a {budget.margin:,}-token margin). Shorten them, lower "
-        "max_tokens, or use a model with a larger window.",
+    return Unfittable(
+        f"handoff cannot fit this conversation to {model}, and compacting it will not help: "
+        f"the system message and the newest user message alone need {pinned:,} tokens, and "
+        f"{model} has room for {budget.budget:,} (its {budget.window:,}-token window less "
+        f"{budget.reserved_output:,} kept for the answer and a {budget.margin:,}-token safety "
+        "share). Shorten the system message or the newest message, lower max_tokens, or "
+        "choose a model with a larger window.",
         param="messages",
     )
 

@@ -34,8 +34,8 @@ class Decision:
         }
 
     def as_list(self) -> list[Any]:
-        """The fields in order, for the writer's frames: orjson writes this list in a
-        quarter of the instructions the dataclass or :meth:`as_dict` takes (callgrind)."""
+        """The fields in order, for the writer's frames: orjson writes a list far faster
+        than the dataclass or :meth:`as_dict`."""
         return [self.action, self.window, self.budget, self.tokens, self.forwarded_tokens,
                 self.exact, self.policies, self.steps]  # fmt: skip
 

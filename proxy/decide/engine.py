@@ -36,19 +36,27 @@ from proxy.decide.budget import (
 from proxy.decide.count_lanes import CountLanes
 from proxy.decide.cut_memory import CutMemory, conversation_key
 from proxy.decide.decision import Decision
+from proxy.decide.output_fit import fitted_output, lowered
 from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
+from proxy.decide.recall import RECALLED_HEADER, Recall, Recaller, RecallSource
+from proxy.decide.summarizer_choice import RouteModels, SummarizerChoice, choose
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
 from proxy.decide.windows import ModelInfo, WindowRegistry
+from proxy.decide.windows.long_context import LongContext
 from proxy.ingress.chat_request import ChatRequest
+from proxy.upstream.anthropic_stream import prompt_tokens
 from proxy.upstream.routing import Upstream
 
 log = structlog.get_logger("handoff.engine")
 
-SummarizerFactory = Callable[[ChatRequest, Upstream, Mapping[str, str]], "Summarize | None"]
-"""Builds the summarize callable for one request (its upstream and the client's key)."""
+SummarizerFactory = Callable[
+    [ChatRequest, Upstream, Mapping[str, str], SummarizerChoice], "Summarize | None"
+]
+"""Builds the summarize callable for one request (its upstream, the client's key, and the
+model chosen to read the dropped part)."""
 
 CALIBRATE_BOUND = 32_768
 """Fast-path requests are counted for calibration only below this bound (on the loop)."""
@@ -85,7 +93,7 @@ class _Target:
 
 
 _MAX_TARGETS = 4096
-"""Memoised (model, upstream, requested output) targets; cleared whole when full."""
+"""Memoised (model, upstream, requested output, window) targets; cleared whole when full."""
 
 
 class Engine:
@@ -96,6 +104,7 @@ class Engine:
         tokens: TokenCounter,
         calibration: Calibration,
         summarizers: SummarizerFactory | None = None,
+        recall: RecallSource | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -105,9 +114,14 @@ class Engine:
         self.cuts = CutMemory(capacity=4096)
         self.memos = TurnMemos(max_bytes=settings.server.history_cache_bytes)
         self._counters: dict[tuple[str, str | None], ModelCounter] = {}
-        self._targets: dict[tuple[str, str, int | None], _Target] = {}
+        self._targets: dict[tuple[str, str, int | None, int], _Target] = {}
         self.unknown = UnknownModels()
         self.lanes = CountLanes()
+        self.recaller = None if recall is None else Recaller(settings.recall, recall)
+        self.long_context = LongContext()
+        self.route_models = RouteModels()
+        s = settings.compression.summarize
+        self._tracks_models = s.enabled and not s.model  # for the summarizer's choice
 
     async def plan(
         self,
@@ -117,8 +131,58 @@ class Engine:
         hard_limit: int | None = None,
         client_headers: Mapping[str, str] | None = None,
         client: str = "",
+        count: bool = False,
     ) -> Plan:
+        headers = client_headers or {}
+        recall = None
+        if self.recaller is not None:
+
+            async def cap() -> tuple[int, Callable[[str], int]]:
+                return await self._recall_cap(req, up)
+
+            recall = await self.recaller.apply(req, client, headers, cap)
+        if recall is None:
+            return await self._plan(
+                req, up, hard_limit=hard_limit, client_headers=headers, client=client, count=count
+            )
+        plan = await self._plan(
+            recall.request,
+            up,
+            hard_limit=hard_limit,
+            client_headers=headers,
+            client=client,
+            count=count,
+        )
+        return _recalled(plan, recall)
+
+    async def _recall_cap(self, req: ChatRequest, up: Upstream) -> tuple[int, Callable[[str], int]]:
+        """The recalled message's token cap for this model, and its text counter."""
+        cfg = self.settings.recall
         info = self.registry.lookup(req.model, up.name)
+        if info is None:
+            counter = await asyncio.to_thread(self.tokens.for_model, req.model, None)
+            return cfg.max_tokens, counter.count_text
+        target = await self._target(req, up, info, None)
+        share = int(target.budget.budget * cfg.max_share)
+        return min(cfg.max_tokens, share), target.counter.count_text
+
+    async def _plan(
+        self,
+        req: ChatRequest,
+        up: Upstream,
+        *,
+        hard_limit: int | None = None,
+        client_headers: Mapping[str, str] | None = None,
+        client: str = "",
+        count: bool = False,
+    ) -> Plan:
+        """``count``: always count exactly, no byte-bound fast path (``handoff plan``'s
+        dry run shows tokens, never None)."""
+        info = self.registry.lookup(req.model, up.name)
+        if hard_limit:  # kept for later turns (and persisted): they are not refused first
+            self.registry.learn_limit(req.model, up.name, hard_limit)
+        if info is not None:
+            info = self.long_context.apply(info, client_headers)
         if info is None and hard_limit:
             # Unknown to us, but the upstream just named its window in an error.
             out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
@@ -126,6 +190,10 @@ class Engine:
         if info is None:
             self.unknown.saw(req.model)
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
+        key: str | None = None
+        if self._tracks_models:  # (only then: the fast path does not hash the history)
+            key = conversation_key(req.messages)
+            self.route_models.saw(key, up.name, req.model)
         target = await self._target(req, up, info, hard_limit)
         budget = target.budget
         bound = raw_bound(req)
@@ -133,10 +201,10 @@ class Engine:
             # Images, or close enough that the tighter per-part bound may still fit;
             # far over, it cannot, and walking a huge history for it is wasted.
             bound = target.counter.upper_bound(req.body)
-        if hard_limit is None and bound <= budget.budget:
+        if hard_limit is None and bound <= budget.budget and not count:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
-        key = conversation_key(req.messages)
+        key = key or conversation_key(req.messages)
         factor = 1.0 if target.counter.exact else self.calibration.factor(req.model)
         memo = self.memos.begin(key, target.counter, factor, len(req.raw))
         base = target.counter.request_counter(req.body, memo.counts)  # compression's too
@@ -145,18 +213,33 @@ class Engine:
         else:  # tokenizing a large history must not stall the event loop
             counted = await self.lanes.run(partial(base, req.messages), bound=bound, client=client)
         tokens = self._corrected(req.model, target.counter, counted)
+        asked = requested_output(req.body)
+        fitted = None
+        if asked is None or not self.settings.compression.strict_max_tokens:
+            share = min(
+                target.info.max_output_tokens, self.settings.tokens.default_max_output_tokens
+            )
+            fitted = fitted_output(budget, tokens, share)
+        if fitted is not None:
+            budget = fitted
+            target = _Target.of(target.info, target.counter, budget)
         if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
             # Our count fit the limit the upstream enforces, so the count ran low:
             # aim below what was just refused.
             budget = capped(budget, int(tokens * RETRY_SHRINK))
             target = _Target.of(target.info, target.counter, budget)
         if hard_limit is None and tokens <= budget.budget:
-            return self._passthrough(req, target, tokens, counted)
-        if not (up.compress and self.settings.compression.enabled):
+            plan = self._passthrough(req, target, tokens, counted)
+        elif not (up.compress and self.settings.compression.enabled):
             log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
             note = "compression off for this route"
-            return self._passthrough(req, target, tokens, counted, note=note)
-        return await self._compress(req, up, target, tokens, base, key, memo, client_headers or {})
+            plan = self._passthrough(req, target, tokens, counted, note=note)
+        else:
+            retry = hard_limit is not None
+            plan = await self._compress(
+                req, up, target, tokens, base, key, memo, client_headers or {}, retry
+            )
+        return plan if fitted is None else lowered(plan, asked, fitted.reserved_output)
 
     def close(self) -> None:
         """Stop the counting threads (at shutdown; running counts finish on their own)."""
@@ -180,6 +263,8 @@ class Engine:
         if decision is None or not isinstance(usage, Mapping):
             return
         actual = usage.get("prompt_tokens")
+        if not isinstance(actual, int):  # Anthropic's (or Responses') names
+            actual = prompt_tokens(usage)
         if not isinstance(actual, int):
             return
         raw = plan.raw_tokens
@@ -204,7 +289,7 @@ class Engine:
         rebuilt when the registry resolves the model afresh (new ``info`` object)."""
         if hard_limit is not None:
             return await self._build_target(req, info, hard_limit)
-        key = (req.model, up.name, requested_output(req.body))
+        key = (req.model, up.name, requested_output(req.body), info.context_window)
         target = self._targets.get(key)
         if target is None or target.info is not info:
             target = await self._build_target(req, info, None)
@@ -295,8 +380,11 @@ class Engine:
         key: str,
         memo: TurnMemo,
         client_headers: Mapping[str, str],
+        retry: bool = False,
     ) -> Plan:
-        summarize = self._summarizer(req, up, client_headers)
+        """``retry``: the upstream refused what was sent; the cut remembered for this
+        window may be that very one (a refusal with no limit named), so it is not replayed."""
+        summarize, unused = await self._summarizer(req, up, client_headers, key)
         budget = target.budget.budget
         cut_key = (key, target.budget.window)
         ctx = PolicyContext(
@@ -304,7 +392,7 @@ class Engine:
             count=self._count_fn(memo.factor, base),
             target=low_water_target(budget, self.settings.compression.low_water),
             summarize=summarize,
-            previous=self.cuts.get(cut_key),
+            previous=None if retry else self.cuts.get(cut_key),
             memo=memo.policies,
         )
         chain = build_chain(self.settings.compression, has_summarizer=summarize is not None)
@@ -316,10 +404,16 @@ class Engine:
             raise too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
             self.cuts.put(cut_key, result.cut)
-        return self._compressed_plan(req, target, tokens, result, base(result.messages))
+        return self._compressed_plan(req, target, tokens, result, base(result.messages), unused)
 
     def _compressed_plan(
-        self, req: ChatRequest, target: _Target, tokens: int, result: Compression, raw_tokens: int
+        self,
+        req: ChatRequest,
+        target: _Target,
+        tokens: int,
+        result: Compression,
+        raw_tokens: int,
+        unused: str = "",
     ) -> Plan:
         decision = Decision(
             action="compressed",
@@ -335,12 +429,16 @@ class Engine:
             target.budget, tokens, target.counter.exact, "compressed", result.applied
         )
         headers["x-handoff-forwarded-tokens"] = str(result.tokens_after)
+        said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
+        if said:
+            headers["x-handoff-summary"] = said.encode("ascii", "replace").decode()[:300]
         log.info(
             "compressed",
             tokens=tokens,
             forwarded_tokens=result.tokens_after,
             budget=target.budget.budget,
             policies=list(result.applied),
+            summary=said or None,  # used, or not used and why
         )
         return Plan(
             body=req.rendered(result.messages, result.origins),
@@ -350,12 +448,62 @@ class Engine:
             raw_tokens=raw_tokens,
         )
 
-    def _summarizer(
-        self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str]
-    ) -> Summarize | None:
-        if self.summarizers is None or not self.settings.compression.summarize.enabled:
-            return None
-        return self.summarizers(req, up, client_headers)
+    async def _summarizer(
+        self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], key: str
+    ) -> tuple[Summarize | None, str]:
+        """The summarize callable, or None and why not."""
+        cfg = self.settings.compression.summarize
+        if not cfg.enabled:
+            return None, "compression.summarize.enabled is false"
+        if self.summarizers is None:
+            return None, "no summarizer in this process"
+        where = cfg.upstream or up.name
+        used = self.route_models.used(key, up.name) or (req.model,)
+        least = 3 * cfg.max_tokens + 1024  # instructions, a summary so far, the answer, text
+        model, window, why = choose(
+            cfg.model, used, lambda m: self.registry.lookup(m, where), least
+        )
+        if model is None:
+            return None, why
+        count = None
+        if (info := self.registry.lookup(model, where)) is not None:
+            count = (await self._counter(model, info)).count_text
+        made = self.summarizers(req, up, client_headers, SummarizerChoice(model, window, count))
+        if made is None:
+            return None, f"upstream {where!r} for summaries is not running"
+        return made, ""
+
+
+def summary_said(result: Compression, unused: str, in_chain: bool) -> str:
+    """The ``x-handoff-summary`` header: whether the dropped messages got a summary, and
+    why not when not; "" when nothing was dropped or summaries are not in the chain."""
+    if not in_chain:
+        return ""
+    for step in result.steps:
+        if step.policy == "summarize":
+            note = step.note
+            if "summary not used: " in note:
+                return "not used: " + note.split("summary not used: ", 1)[1].rstrip(")")
+            return f"used: {note}" if note else ""
+    dropped = any(s.policy == "truncate" and s.removed_messages for s in result.steps)
+    return f"not used: {unused}" if dropped and unused else ""
+
+
+def _recalled(plan: Plan, recall: Recall) -> Plan:
+    """``plan`` for the request with its recalled message: recorded like a compression
+    step, and said in ``x-handoff-recalled``."""
+    if plan.forwarded is None:
+        plan.forwarded = [dict(m) for m in recall.request.messages]
+    d = plan.decision
+    if d is not None:  # (a copy: the fast path's decision is shared)
+        plan.decision = dataclasses.replace(
+            d, policies=(*d.policies, "recall"), steps=(*d.steps, recall.step())
+        )
+    headers = {**plan.response_headers, RECALLED_HEADER: ",".join(recall.sessions)}
+    applied = headers.get("x-handoff-policy")
+    headers["x-handoff-policy"] = f"{applied},recall" if applied else "recall"
+    plan.headers = headers
+    return plan
 
 
 def raw_bound(req: ChatRequest) -> int | None:
@@ -377,8 +525,8 @@ def raw_bound(req: ChatRequest) -> int | None:
 
 
 def _has_list_content(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Does any message hold a list of parts? Iterated in C: a Python loop over a
-    1,500-message history cost ~195 µs a turn, this ~90."""
+    """Does any message hold a list of parts? Iterated in C: twice as fast as a Python
+    loop over a long history."""
     try:
         return list in map(type, map(_dict_get, messages, itertools.repeat("content")))
     except TypeError:  # a message that is a Mapping but not a dict

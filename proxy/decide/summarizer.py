@@ -4,14 +4,17 @@ A :class:`Summarizer` is the ``ctx.summarize`` callable the proxy injects. It po
 one non-streaming chat-completions request (the configured model and upstream)
 with a system prompt asking for six sections and the dropped turns rendered as a
 compact transcript (tool calls one line each, huge tool outputs cut inside the
-transcript). Any timeout, non-200 or malformed body raises :class:`SummarizerError`,
-which the policy turns into "skip to the next policy".
+transcript), in pieces that fit the summarizer model when the dropped part does not,
+each extending the summary before it; summaries already written come from a
+:class:`SummaryCache` (the store). Any timeout, non-200 or malformed body raises
+:class:`SummarizerError`, which the policy turns into "the digest instead, and why".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -81,8 +84,22 @@ def render_transcript(messages: Sequence[Message], max_tool_chars: int = 2000) -
     return "\n\n".join(lines)
 
 
+class SummaryCache(Protocol):
+    """Summaries already written, by a hash of what they summarize (the store keeps them,
+    so a restarted proxy does not pay for them again)."""
+
+    async def get(self, key: str) -> str | None: ...
+
+    def put(self, key: str, text: str) -> None: ...
+
+
 class Summarizer:
-    """Calls ``{base_url}/chat/completions`` to summarize (or extend a summary)."""
+    """Calls ``{base_url}/chat/completions`` to summarize (or extend a summary).
+
+    With ``input_tokens`` (what the summarizer model can read besides its answer) and
+    ``count`` (its tokens in a text), dropped messages that do not fit one call are
+    split into pieces that do, each summarized extending the summary of those before:
+    every call fits the model, whatever the size of what is dropped."""
 
     def __init__(
         self,
@@ -92,6 +109,10 @@ class Summarizer:
         model: str,
         timeout: float,
         max_tokens: int,
+        *,
+        input_tokens: int | None = None,
+        count: Callable[[str], int] | None = None,
+        cache: SummaryCache | None = None,
     ) -> None:
         self.session = session
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -99,8 +120,15 @@ class Summarizer:
         self.model = model
         self.timeout = timeout
         self.max_tokens = max_tokens
+        self.input_tokens = input_tokens
+        self.count = count or (lambda text: len(text) // 2 + 1)  # a token is >= 2 chars, mostly
+        self.cache = cache
+        self.calls = 0  # summaries requested from the model (not found in the cache)
 
     def request_body(self, messages: Sequence[Message], previous_summary: str | None) -> bytes:
+        return self._body(render_transcript(messages), previous_summary)
+
+    def _body(self, transcript: str, previous_summary: str | None) -> bytes:
         task = "Summarize this conversation:"
         if previous_summary:
             task = (
@@ -112,7 +140,7 @@ class Summarizer:
             "model": self.model,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": f"{task}\n\n{render_transcript(messages)}"},
+                {"role": "user", "content": f"{task}\n\n{transcript}"},
             ],
             "max_tokens": self.max_tokens,
             "temperature": 0,
@@ -121,7 +149,45 @@ class Summarizer:
         return orjson.dumps(body)
 
     async def __call__(self, messages: Sequence[Message], previous_summary: str | None) -> str:
-        data = self.request_body(messages, previous_summary)
+        summary = previous_summary
+        for piece in self.pieces(messages, previous_summary):
+            summary = await self._summarize(piece, summary)
+        if summary is None or summary == previous_summary:
+            raise SummarizerError("nothing to summarize")
+        return summary
+
+    def pieces(self, messages: Sequence[Message], previous: str | None) -> list[str]:
+        """The transcript of ``messages`` in pieces that each fit one call (room left for
+        the system prompt, a summary so far as long as the answer, and the answer)."""
+        blocks = [render_transcript([m]) for m in messages]
+        blocks = [b for b in blocks if b]
+        if self.input_tokens is None:
+            return ["\n\n".join(blocks)] if blocks else []
+        fixed = self.count(SYSTEM_PROMPT) + 64 + max(self.max_tokens, self.count(previous or ""))
+        room = max(256, self.input_tokens - fixed)
+        out: list[str] = []
+        piece: list[str] = []
+        used = 0
+        for block in blocks:
+            size = self.count(block)
+            if size > room:  # one message alone over a call: its middle goes
+                block = _clip(block, max(200, len(block) * room // (size + 1)))
+                size = self.count(block)
+            if piece and used + size > room:
+                out.append("\n\n".join(piece))
+                piece, used = [], 0
+            piece.append(block)
+            used += size
+        if piece:
+            out.append("\n\n".join(piece))
+        return out
+
+    async def _summarize(self, transcript: str, previous: str | None) -> str:
+        data = self._body(transcript, previous)
+        key = hashlib.sha256(data).hexdigest()  # what is summarized, by which model, how
+        if self.cache is not None and (hit := await self.cache.get(key)) is not None:
+            return hit
+        self.calls += 1
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         try:
             async with self.session.post(
@@ -136,7 +202,10 @@ class Summarizer:
             raise SummarizerError(f"summarizer timed out after {self.timeout}s") from e
         except aiohttp.ClientError as e:
             raise SummarizerError(f"summarizer request failed: {e}") from e
-        return _content(raw)
+        text = _content(raw)
+        if self.cache is not None:
+            self.cache.put(key, text)
+        return text
 
 
 def _content(raw: bytes) -> str:

@@ -40,6 +40,10 @@ class ChatRequest:
     render: Render | None = field(repr=False, default=None, compare=False)
     """Writes compressed messages back in the request's wire format (None: Chat
     Completions, ``body`` with its messages replaced)."""
+    params: Mapping[str, Any] | None = field(repr=False, default=None, compare=False)
+    """What the store records besides the messages, when the wire format is not Chat
+    Completions (its own fields as sent, but for the ones the messages show); None:
+    ``body``'s other fields."""
 
     @property
     def stream(self) -> bool:

@@ -2,9 +2,8 @@
 
 A client resends its whole history every turn, byte for byte as it sent it the
 last time, plus a message or a few. Parsing the whole history every turn makes
-the cost of a conversation grow with the square of its length: the store's
-writer process spent 1.7 of its 2.2 ms a turn on it at 500 turns (~500 KB a
-body), and the proxy 18-40 ms a turn on a 1M-token (4 MB) history.
+the cost of a conversation grow with the square of its length, in the proxy and in
+the store's writer process alike (figures in bench/NOTES.md).
 
 :class:`ResentBodies` remembers recent bodies. When a new body starts with the
 same bytes as a remembered one up to the end of some of its messages, those
@@ -75,12 +74,18 @@ class _Reuse:
 
 
 class ResentBodies:
-    """Up to ``max_bodies`` recent bodies of at least ``min_bytes``, within ``max_bytes``."""
+    """Up to ``max_bodies`` recent bodies of at least ``min_bytes``, within ``max_bytes``;
+    the history is the array under ``key`` (``messages``; a Responses body's ``input``)."""
 
     def __init__(
-        self, max_bodies: int = 256, max_bytes: int = 64 << 20, min_bytes: int = 0
+        self,
+        max_bodies: int = 256,
+        max_bytes: int = 64 << 20,
+        min_bytes: int = 0,
+        key: str = "messages",
     ) -> None:
         self.max_bodies, self.max_bytes, self.min_bytes = max_bodies, max_bytes, min_bytes
+        self.key = key
         self._bodies: collections.OrderedDict[int, _Body] = collections.OrderedDict()
         self._by_key: dict[bytes, list[int]] = {}
         self._bytes = 0
@@ -111,7 +116,7 @@ class ResentBodies:
         if check is not None:
             check(parsed, 0)
         self.parsed_bytes += len(body)
-        messages = parsed.get("messages") if type(parsed) is dict else None
+        messages = parsed.get(self.key) if type(parsed) is dict else None
         if type(messages) is list and messages and len(body) >= self.min_bytes:
             self._remember(_Body(body, messages))
         return parsed, None
@@ -128,7 +133,7 @@ class ResentBodies:
             parsed = orjson.loads(cut)
         except orjson.JSONDecodeError:
             return None
-        new = parsed.get("messages") if type(parsed) is dict else None
+        new = parsed.get(self.key) if type(parsed) is dict else None
         if type(new) is not list or (not new and body[reuse.cut_from - 1] == ord(",")):
             return None  # (a ',' then no message: a trailing comma, which orjson refuses)
         tail = elements_from(body, reuse.cut_from) if new else ([], reuse.cut_from)
@@ -138,7 +143,7 @@ class ResentBodies:
             check(parsed, n)
         self.parsed_bytes += len(cut)
         self.reused_messages += n
-        parsed["messages"] = messages = old.messages[:n] + new
+        parsed[self.key] = messages = old.messages[:n] + new
         if body != old.raw:
             ends = old.layout.ends[:n] + tail[0]
             if n == len(old.messages):
@@ -146,8 +151,7 @@ class ResentBodies:
             self._remember(_Body(body, messages, Layout(old.layout.open, ends, tail[1]), True))
         return parsed, cut
 
-    @staticmethod
-    def _one_key(body: bytes, old: _Body, close: int) -> bool:
+    def _one_key(self, body: bytes, old: _Body, close: int) -> bool:
         """Is the array that ends at ``close`` the body's only ``messages``? What precedes
         it is ``old``'s (checked when its layout was found); what follows is checked here,
         unless it is ``old``'s too."""
@@ -155,7 +159,7 @@ class ResentBodies:
         after = len(old.raw) - old.layout.close
         if len(body) - close == after and body.endswith(memoryview(old.raw)[-after:]):
             return True
-        return has_key_after(body, close, "messages") is False
+        return has_key_after(body, close, self.key) is False
 
     def _find(self, body: bytes) -> _Reuse | None:
         """The remembered body sharing the most leading messages with ``body``, found by
@@ -181,7 +185,7 @@ class ResentBodies:
                 best = _reuse(old, body, len(lay.ends)) or best
         if best is None:
             for bid in reversed(ids[-PARTIAL_CANDIDATES:]):
-                reuse = self._partly_shared(self._bodies[bid], body)
+                reuse = self._partly_shared(self._bodies[bid], body, self.key)
                 if reuse is not None and (best is None or reuse.shared > best.shared):
                     best = reuse
         if best is not None:
@@ -189,13 +193,13 @@ class ResentBodies:
         return best
 
     @staticmethod
-    def _partly_shared(old: _Body, body: bytes) -> _Reuse | None:
+    def _partly_shared(old: _Body, body: bytes, key: str) -> _Reuse | None:
         """How many of ``old``'s leading messages ``body`` starts with, if any; ``old`` is
         scanned for its layout the first time a body shares a quarter of it."""
         raw = memoryview(old.raw)
         if old.layout is None and not old.scanned and not body.startswith(raw[: len(raw) // 4]):
             return None  # too little in common for a scan (yet)
-        lay = _scanned(old)
+        lay = _scanned(old, key)
         if lay is None:
             return None
         if not body.startswith(raw[: lay.ends[0]]):
@@ -233,11 +237,11 @@ def unindex(by_key: dict[bytes, list[int]], raw: bytes, n: int) -> None:
         del by_key[key]
 
 
-def _scanned(old: _Body) -> Layout | None:
+def _scanned(old: _Body, key: str) -> Layout | None:
     """``old``'s layout, scanned for the first time it is needed; None if it cannot be
     reused."""
     if old.layout is None and not old.scanned:
-        lay, old.scanned = layout(old.raw), True
+        lay, old.scanned = layout(old.raw, key), True
         if lay is not None and len(lay.ends) != len(old.messages):
             lay = None  # cannot be (orjson parsed the same bytes): be safe anyway
         old.layout = lay

@@ -32,8 +32,8 @@ class Layout:
     close: int
 
 
-def layout(body: bytes) -> Layout | None:
-    """The layout of a whole body whose only ``messages`` key holds an array, or None."""
+def layout(body: bytes, key: str = "messages") -> Layout | None:
+    """The layout of a whole body whose only ``key`` member holds an array, or None."""
     try:
         text = body.decode()
         i = _ws(text, 0)
@@ -42,8 +42,8 @@ def layout(body: bytes) -> Layout | None:
         found: Layout | None = None
         i = _ws(text, i + 1)
         while text[i] != "}":
-            key, i = _key(text, i)
-            if key != "messages":
+            name, i = _key(text, i)
+            if name != key:
                 i = _scan(text, i)[1]
             elif found is not None or text[i] != "[":
                 return None  # twice (orjson keeps the last one), or not an array
@@ -56,6 +56,15 @@ def layout(body: bytes) -> Layout | None:
         return found
     except _FAILED:
         return None
+
+
+def element_start(body: bytes, lay: Layout, k: int) -> int:
+    """Where element ``k`` of the array ``lay`` describes starts (past ``[`` or ``,`` and
+    any whitespace)."""
+    i = lay.open + 1 if k == 0 else lay.ends[k - 1]
+    while body[i] in b" \t\r\n,":
+        i += 1
+    return i
 
 
 def elements_from(body: bytes, at: int) -> tuple[list[int], int] | None:
@@ -139,3 +148,35 @@ def _byte_offsets(raw: bytes, text: str, indices: list[int]) -> list[int]:
         out.append(at)
         prev = i
     return out
+
+
+def with_members(body: bytes, values: dict[str, bytes]) -> bytes | None:
+    """``body`` with the values of these top-level members replaced by the given JSON
+    bytes, every other byte kept; None if that is not JSON or a key comes twice."""
+    try:
+        text = body.decode()
+        i = _ws(text, 0)
+        if text[i] != "{":
+            return None
+        spans: dict[str, tuple[int, int]] = {}
+        i = _ws(text, i + 1)
+        while text[i] != "}":
+            key, i = _key(text, i)
+            end = _scan(text, i)[1]
+            if key in values:
+                if key in spans:
+                    return None
+                spans[key] = (i, end)
+            i = _next_member(text, end)
+    except _FAILED:
+        return None
+    order = sorted(spans.values())
+    cuts = _byte_offsets(body, text, [x for span in order for x in span])
+    out, at = [], 0
+    for (key, _), start, stop in zip(
+        sorted(spans.items(), key=lambda kv: kv[1]), cuts[::2], cuts[1::2], strict=True
+    ):
+        out += [body[at:start], values[key]]
+        at = stop
+    out.append(body[at:])
+    return b"".join(out)

@@ -23,22 +23,29 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from proxy.config import Settings
 from proxy.decide.engine import Engine
 from proxy.decide.plan import Planner
-from proxy.decide.windows.discovery import fetch_model_windows
+from proxy.decide.windows.discovery import fetch_listing
+from proxy.decide.windows.local_servers import fetch_server_windows
+from proxy.errors import anthropic_shape
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
-from proxy.server.build import build_engine, open_store
+from proxy.server.build import build_engine, memory_refiner
+from proxy.server.count_tokens import count_tokens
 from proxy.server.endpoint import CATCH_ALL, Endpoints, expect_continue, unmatched
-from proxy.server.exchange import chat_completions
+from proxy.server.exchange import anthropic_messages, chat_completions, responses
 from proxy.server.inspect_api import add_inspect_routes
+from proxy.server.mcp_http import add_mcp_route
+from proxy.server.mcp_tools import McpWorld
+from proxy.server.memory_keeper import MemoryKeeper
 from proxy.server.metrics import Metrics
+from proxy.server.recall_source import store_recall
 from proxy.server.relay import passthrough
+from proxy.server.responses_socket import responses_get
 from proxy.server.services import SERVICES, Services, history_cache
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
+from proxy.store.configured import open_store
 from proxy.store.errors import StoreError
-from proxy.store.process import ProcessStore
-from proxy.store.read import SqliteReader
-from proxy.store.sqlite import SqliteStore
+from proxy.upstream.kept_alive import KeptAliveConnector
 from proxy.upstream.routing import Router, build_upstreams
 
 ENGINE = web.AppKey("engine", Engine)
@@ -94,9 +101,14 @@ def create_app(
     ``planner`` to the decision engine built from ``settings``."""
     router = Router(build_upstreams(settings, catch_all))
     metrics = Metrics()
-    engine = build_engine(settings, router, metrics=metrics)
     if store is None:
         store = open_store(settings)
+    reader = store.reader() if store is not None else None
+    recall = store_recall(reader) if reader is not None and settings.recall.enabled else None
+    engine = build_engine(settings, router, metrics=metrics, recall=recall, store=store)
+    keeper = None
+    if store is not None and reader is not None and settings.memory.enabled:
+        keeper = MemoryKeeper(settings, store, reader, memory_refiner(settings, router))
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )
@@ -114,6 +126,7 @@ def create_app(
         timeout=timeout,
         metrics=metrics,
         bodies=history_cache(settings),
+        memories=keeper,
     )
     app[ENGINE] = engine
     app.cleanup_ctx.append(_upstream_sessions)
@@ -124,6 +137,8 @@ def create_app(
         app.cleanup_ctx.append(_discover_windows)
     if store is not None:
         app.cleanup_ctx.append(_store_lifecycle)
+    if keeper is not None:
+        app.cleanup_ctx.append(_memory_keeper)  # (after the store: stops before it closes)
     guard = BrowserGuard.from_settings(settings.server)
     guard.install(app)
     wrap = Endpoints(settings.server.access_key, guard).wrap
@@ -131,11 +146,19 @@ def create_app(
     app.router.add_get("/healthz", wrap(healthz, open_to_all=True), expect_handler=expect)
     app.router.add_post("/v1/chat/completions", wrap(chat_completions), expect_handler=expect)
     app.router.add_post("/chat/completions", wrap(chat_completions), expect_handler=expect)
+    messages = wrap(anthropic_messages, shape=anthropic_shape)
+    app.router.add_post("/v1/messages", messages, expect_handler=expect)
+    counting = wrap(count_tokens, shape=anthropic_shape)
+    app.router.add_post("/v1/messages/count_tokens", counting, expect_handler=expect)
+    app.router.add_post("/v1/responses", wrap(responses), expect_handler=expect)
+    app.router.add_get("/v1/responses", wrap(responses_get), expect_handler=expect)
     app.router.add_route("*", "/v1/{tail:.*}", wrap(passthrough), expect_handler=expect)
     app.router.add_get("/metrics", wrap(metrics_endpoint), expect_handler=expect)
-    if isinstance(store, SqliteStore | ProcessStore):
-        reader = SqliteReader(store.path)
+    if reader is not None:
         add_inspect_routes(app, reader, settings.server.access_key, wrap)
+    save = store.save_memory if store is not None else None
+    world = McpWorld(settings, engine, router, reader, save)
+    add_mcp_route(app, world, settings.server.access_key, wrap)
     # last: only what nothing else serves
     app.router.add_route("*", CATCH_ALL, wrap(unmatched), expect_handler=expect)
     return app
@@ -149,14 +172,11 @@ def _gate(settings: Settings, store: Store | None) -> StoreGate | None:
 
 
 async def _freeze_startup_objects(app: web.Application) -> AsyncIterator[None]:
-    """Move the objects start-up built (modules, settings, tables: ~60k) to the garbage
-    collector's permanent generation: they live as long as the server, and every
-    full collection under load would otherwise walk them all (~60 ms each, a few
-    times a second). And collect the young generation less often: at 700 allocations
-    it ran every request or two and walked every in-flight request's objects, which
-    then aged into older generations to be walked again; at concurrency 64 a 20,000
-    threshold cut CPU per request by ~8% (reference counting still frees everything
-    that is not a cycle at once). Both undone at shutdown."""
+    """Move the objects start-up built (modules, settings, tables) to the garbage
+    collector's permanent generation: they live as long as the server, and every full
+    collection under load would otherwise walk them all. And collect the young
+    generation less often, so it does not walk every in-flight request's objects every
+    request or two (figures in bench/NOTES.md). Both undone at shutdown."""
     thresholds = raise_gc_threshold()
     gc.freeze()
     yield
@@ -168,7 +188,7 @@ async def _upstream_sessions(app: web.Application) -> AsyncIterator[None]:
     svc = app[SERVICES]
     for up in svc.router.upstreams:
         up.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            connector=KeptAliveConnector(limit=0, ttl_dns_cache=300),  # see send()
             auto_decompress=True,
             timeout=svc.timeout,
         )
@@ -184,20 +204,31 @@ async def _store_lifecycle(app: web.Application) -> AsyncIterator[None]:
     assert store is not None
     await store.start()
     engine = app[ENGINE]
-    load = getattr(store, "load_calibration", None)
-    if load is not None:
-        try:
-            engine.calibration.load(await asyncio.to_thread(load))
-        except (StoreError, sqlite3.Error) as e:  # the store's own health says it too
-            log.warning("calibration_not_loaded", error=str(e))
+    try:
+        engine.calibration.load(await asyncio.to_thread(store.load_calibration))
+        learned = engine.registry.limits.load(await asyncio.to_thread(store.load_limits))
+        if learned:
+            engine.registry.forget_lookups()
+            log.info("learned_windows_loaded", models=learned)
+    except (StoreError, sqlite3.Error) as e:  # the store's own health says it too
+        log.warning("calibration_not_loaded", error=str(e))
+    engine.registry.limits.on_change = store.save_limits
     yield
+    engine.registry.limits.on_change = None
     gate = app[SERVICES].gate
     if gate is not None:
         await gate.close()
-    save = getattr(store, "save_calibration", None)
-    if save is not None:
-        save(engine.calibration.snapshot())
+    store.save_calibration(engine.calibration.snapshot())
     await store.close()
+
+
+async def _memory_keeper(app: web.Application) -> AsyncIterator[None]:
+    """The memory keeper's task: started with the app, drained and stopped before the store."""
+    keeper = app[SERVICES].memories
+    assert keeper is not None
+    keeper.start()
+    yield
+    await keeper.close()
 
 
 async def _warm_tokenizers(app: web.Application) -> AsyncIterator[None]:
@@ -217,19 +248,22 @@ async def _counting_threads(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
-    """Ask each upstream's GET /v1/models for windows, in one owned background task
+    """Ask each upstream's GET /v1/models, and a local server's own endpoints
+    (:mod:`~proxy.decide.windows.local_servers`), for windows, in one owned background task
     (requests never wait for it; it is cancelled at shutdown if still running)."""
     svc, engine = app[SERVICES], app[ENGINE]
 
     async def discover() -> None:
         for up in svc.router.upstreams:
-            if up.session is None:
+            if up.session is None or up.kind == "anthropic":  # its list names no windows
                 continue
             headers = {"Authorization": f"Bearer {up.api_key}"} if up.api_key else {}
-            windows = await fetch_model_windows(up.session, up.base_url, headers, 5.0)
+            windows, listed = await fetch_listing(up.session, up.base_url, headers, 5.0)
+            served, kind = await fetch_server_windows(up.session, up.base_url, headers, 5.0, listed)
+            windows.update(served)  # what the server runs with beats what it lists
             if windows:
                 engine.registry.learn(up.name, windows)
-                log.info("windows_discovered", upstream=up.name, models=len(windows))
+                log.info("windows_discovered", upstream=up.name, models=len(windows), server=kind)
 
     task = asyncio.create_task(discover(), name="handoff-discovery")
     app[DISCOVERY] = task

@@ -1,21 +1,27 @@
-"""Assemble the request path's parts from settings (no I/O here; the app starts them)."""
+"""Assemble the request path's parts from settings (no I/O here; the app starts them).
+
+The store is :func:`proxy.store.configured.open_store`'s."""
 
 from __future__ import annotations
 
-import os
+import asyncio
+import math
 from collections.abc import Mapping, Sequence
 
 from policies.base import Message, Summarize
-from proxy.config import Settings, StoreSettings
+from proxy.config import Settings
 from proxy.decide.engine import Engine, SummarizerFactory
-from proxy.decide.summarizer import Summarizer
+from proxy.decide.memory_llm import MemoryWriter
+from proxy.decide.recall import RecallSource
+from proxy.decide.summarizer import Summarizer, SummaryCache
+from proxy.decide.summarizer_choice import SummarizerChoice
 from proxy.decide.tokens import Calibration, TokenCounter
 from proxy.decide.windows import WindowRegistry
 from proxy.ingress.chat_request import ChatRequest
+from proxy.server.memory_keeper import RefineFactory
 from proxy.server.metrics import Metrics
-from proxy.store.base import Store
-from proxy.store.process import ProcessStore
-from proxy.store.sqlite import SqliteStore
+from proxy.store.base import Store, TurnRecord
+from proxy.store.remember import Refine
 from proxy.upstream.routing import Router, Upstream
 
 
@@ -25,35 +31,62 @@ def build_engine(
     *,
     tokens: TokenCounter | None = None,
     metrics: Metrics | None = None,
+    recall: RecallSource | None = None,
+    store: Store | None = None,
 ) -> Engine:
     registry = WindowRegistry(settings.models, settings.tokens.default_context_window)
+    cache = StoredSummaries(store) if store is not None else None
     return Engine(
         settings,
         registry,
         tokens or TokenCounter(settings.tokens.cache_size),
         Calibration(),
-        summarizers=summarizer_factory(settings, router, metrics),
+        summarizers=summarizer_factory(settings, router, metrics, cache),
+        recall=recall,
     )
 
 
+class StoredSummaries:
+    """The store as the summarizer's cache: summaries survive a restart."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def get(self, key: str) -> str | None:
+        return await asyncio.to_thread(self.store.load_summary, key)
+
+    def put(self, key: str, text: str) -> None:
+        self.store.save_summary(key, text)
+
+
 def summarizer_factory(
-    settings: Settings, router: Router, metrics: Metrics | None
+    settings: Settings,
+    router: Router,
+    metrics: Metrics | None,
+    cache: SummaryCache | None = None,
 ) -> SummarizerFactory:
     """Summaries go to ``compression.summarize.upstream`` (default: the request's own),
-    with that upstream's key, or the client's when the upstream has none."""
+    with that upstream's key, or the client's when the upstream has none, written by
+    the model the engine chose (:mod:`proxy.decide.summarizer_choice`) in pieces that
+    fit its window."""
     cfg = settings.compression.summarize
 
-    def make(req: ChatRequest, up: Upstream, client_headers: Mapping[str, str]) -> Summarize | None:
+    def make(
+        req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], choice: SummarizerChoice
+    ) -> Summarize | None:
         target = router.by_name(cfg.upstream) if cfg.upstream else up
-        if target is None or target.session is None:
+        if target is None or target.session is None or choice.model is None:
             return None
         summarizer = Summarizer(
             target.session,
             target.base_url,
             dict(target.request_headers(client_headers)),
-            cfg.model or req.model,
+            choice.model,
             cfg.timeout_s,
             cfg.max_tokens,
+            input_tokens=_readable(choice.window, cfg.max_tokens, settings.tokens.approx_margin),
+            count=choice.count,
+            cache=cache,
         )
         if metrics is None:
             return summarizer
@@ -72,28 +105,33 @@ def summarizer_factory(
     return make
 
 
-def store_writer(s: StoreSettings) -> str:
-    """``store.writer`` resolved: auto is a process when this process may use >1 CPU."""
-    if s.writer == "auto":
-        return "process" if len(os.sched_getaffinity(0)) > 1 else "thread"
-    return s.writer
-
-
-def open_store(settings: Settings) -> Store | None:
-    if not settings.store.enabled:
+def memory_refiner(settings: Settings, router: Router) -> RefineFactory | None:
+    """The LLM that refines session memories: the summarizer's upstream and model, when
+    ``compression.summarize`` is enabled; else memories stay deterministic."""
+    cfg = settings.compression.summarize
+    if not cfg.enabled:
         return None
-    s = settings.store
-    if store_writer(s) == "process":
-        return ProcessStore(
-            settings.store_path(),
-            flush_interval_s=s.flush_interval_s,
-            redact=s.redact,
-            max_bytes=s.max_bytes,
-            log_format=settings.server.log_format,
+
+    def make(turn: TurnRecord, client_headers: Mapping[str, str]) -> Refine | None:
+        target = router.by_name(cfg.upstream or turn.upstream)
+        if target is None or target.session is None:
+            return None
+        writer = MemoryWriter(
+            target.session,
+            target.base_url,
+            dict(target.request_headers(client_headers)),
+            cfg.model or turn.model,
+            cfg.timeout_s,
+            max(cfg.max_tokens, 1024),
         )
-    return SqliteStore(
-        settings.store_path(),
-        flush_interval_s=s.flush_interval_s,
-        redact=s.redact,
-        max_bytes=s.max_bytes,
-    )
+        return writer
+
+    return make
+
+
+def _readable(window: int | None, answer: int, margin: float) -> int | None:
+    """What the summarizer model reads in one call: its window less the answer and the
+    safety margin approximate counts get (its tokenizer may not be ours)."""
+    if window is None:
+        return None
+    return window - answer - math.ceil(window * margin)

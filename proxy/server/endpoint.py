@@ -4,11 +4,10 @@ for errors.
 
 A wrapper, not aiohttp middleware: once an application has any middleware, aiohttp
 builds a chain for every request and adds one of its own (``_fix_request_current_app``),
-two more coroutine frames that each await of the handler resumes through. Measured
-with callgrind on a bare aiohttp app, one request at a time, one middleware cost
-~15,700 instructions a request and this wrapper ~2,500. So handoff registers no
-middleware at all, and every route, the catch-all for unknown paths included
-(:func:`unmatched`), goes through :meth:`Endpoints.wrap`.
+two more coroutine frames that each await of the handler resumes through (several
+times this wrapper's cost: bench/NOTES.md). So handoff registers no middleware at all,
+and every route, the catch-all for unknown paths included (:func:`unmatched`), goes
+through :meth:`Endpoints.wrap`.
 """
 
 from __future__ import annotations

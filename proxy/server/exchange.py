@@ -5,7 +5,8 @@
 compress) comes from the :class:`~proxy.decide.plan.Planner`. If the upstream still
 answers a context-length error, the request is planned again against the limit the
 error names and retried once; for streams this works because such an error arrives
-as JSON before any event.
+as JSON before any event, or as a 200 stream with no event at all (llama.cpp), which
+is taken for an overflow of unknown limit.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from proxy.decide.decision import Decision
 from proxy.decide.plan import Plan
-from proxy.errors import HandoffError, StoreUnavailable
+from proxy.errors import HandoffError, StoreUnavailable, UpstreamUnreachable
 from proxy.ingress.chat_request import ChatRequest
-from proxy.server.formats import CHAT, WireFormat
+from proxy.server.formats import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from proxy.server.request_body import read_limited
 from proxy.server.request_log import request_fields
 from proxy.server.services import SERVICES, Services
@@ -30,6 +32,7 @@ from proxy.server.workspace import session_hint, workspace_for
 from proxy.store.base import TurnRecord, request_params
 from proxy.upstream.forward import (
     StreamOutcome,
+    first_chunk,
     is_sse,
     read_bounded,
     relay_rest,
@@ -59,7 +62,7 @@ class _Turn:
     raw: bytes | None = None
     retried: bool = False
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
-    sent: Plan | None = None  # the plan finally sent, when a retry replaced the first
+    replanned: Plan | None = None  # the plan finally sent, when an overflow's retry replaced it
     session_id: str | None = None  # announced in x-handoff-session (see session_ids)
     choices: list[dict[str, Any]] | None = None  # every choice, when n > 1
 
@@ -83,7 +86,7 @@ def exchange(fmt: WireFormat) -> Handler:
             return await _serve(request, fmt, seen)
         except HandoffError as e:
             if not seen.recorded:
-                record_rejection(request, request.app[SERVICES], seen, e)
+                record_rejection(request, request.app[SERVICES], fmt, seen, e)
             raise
 
     handler.__name__ = handler.__qualname__ = f"{fmt.name}_exchange"
@@ -104,8 +107,8 @@ async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.Stre
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
     seen.size = len(raw)
-    req = seen.req = fmt.parse(raw, svc.bodies)
-    up = svc.router.route(req.model)
+    req = seen.req = fmt.parse(raw, svc.resent(fmt.history_key))
+    up = svc.router.route(req.model, fmt.upstream_kind)
     seen.upstream = up.name
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)
@@ -118,7 +121,9 @@ async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.Stre
     if svc.gate is not None and svc.gate.must_wait():
         fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
     workspace = workspace_for(request.headers)
-    plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+    plan = fmt.own_plan(req) if fmt.own_plan is not None else None
+    if plan is None:  # a refusal here is recorded by the handler (record_rejection)
+        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
     seen.recorded = True
     if svc.store is not None:
@@ -135,16 +140,18 @@ async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.Stre
         raise
     finally:
         # Log, metrics, calibration and the record all describe the attempt actually sent.
-        plan = turn.sent or plan
         latency_ms = (time.perf_counter() - t0) * 1000
+        plan = turn.replanned or plan
         fields.update(
             upstream_status=turn.status,
             cancelled=turn.cancelled,
             decision=plan.decision.action if plan.decision else None,
             bytes_out=turn.bytes_out,
         )
-        if svc.settings.server.log_content or (
-            turn.json_body is not None and svc.planner.wants_usage(plan)
+        if (
+            svc.settings.server.log_content
+            or req.params is not None  # the store's writer reads chat answers only
+            or (turn.json_body is not None and svc.planner.wants_usage(plan))
         ):
             turn.settle(fmt)  # else the store's writer parses the answer, if it is recorded
         if turn.usage is not None:
@@ -160,7 +167,7 @@ async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.Stre
         # Recorded once this task yields, so after the response is written: a chat client
         # waiting for its answer does not wait for the store's bookkeeping too.
         asyncio.get_running_loop().call_soon(
-            _record, svc, request, req, up, plan, turn, started, latency_ms
+            _record, svc, request, fmt, req, up, plan, turn, started, latency_ms
         )
 
 
@@ -178,22 +185,28 @@ async def _exchange(
     max_answer = svc.settings.server.max_answer_bytes
     while True:
         resp = await send(up, "POST", url, headers, plan.body, svc.timeout)
+        empty_stream = False
         try:
             turn.status = resp.status
             if is_sse(resp):
-                turn.streamed = True
-                return await _relay_sse(request, svc, fmt, up, resp, plan, turn)
-            body, whole = await read_bounded(up, resp, max_answer)
-            if not whole:  # too large to hold; an overflow error never is
-                return await _relay_large(request, up, resp, plan, body, turn, max_answer)
+                head = await first_chunk(up, resp)
+                if head or resp.status != 200:
+                    turn.streamed = True
+                    return await _relay_sse(request, svc, fmt, up, resp, plan, turn, head)
+                body, empty_stream = b"", True
+            else:
+                body, whole = await read_bounded(up, resp, max_answer)
+                if not whole:  # too large to hold; an overflow error never is
+                    return await _relay_large(request, up, resp, plan, body, turn, max_answer)
         finally:
             resp.close()  # drops an unfinished stream's connection: the upstream stops
-        limit = fmt.context_limit(resp.status, body)
+        limit = 0 if empty_stream else fmt.context_limit(resp.status, body)
         if limit is not None and not turn.retried and up.compress:
             turn.retried = True
             log.warning(
                 "upstream_context_overflow",
                 limit=limit,
+                empty_stream=empty_stream,
                 retrying=True,
                 model=req.model,
                 upstream=up.name,
@@ -205,15 +218,32 @@ async def _exchange(
                 client_headers=request.headers,
                 client=workspace_for(request.headers),
             )
-            turn.sent = plan
+            turn.replanned = plan
             if turn.session_id is not None:
                 _announce(plan, turn.session_id)
             continue
+        if empty_stream:
+            raise _empty_stream(up, turn.retried)
         turn.json_body = body
         turn.bytes_out = len(body)
         return web.Response(
             status=resp.status, body=body, headers=response_headers(resp, plan.response_headers)
         )
+
+
+def _empty_stream(up: Upstream, retried: bool) -> UpstreamUnreachable:
+    """A 200 stream with no event, not answered by a retry: an error, never an empty reply."""
+    why = (
+        "again after handoff fitted the conversation smaller"
+        if retried
+        else "and compression is off for this route, so handoff cannot fit it smaller"
+    )
+    return UpstreamUnreachable(
+        f"Upstream {up.name!r} answered with an empty event stream {why}. llama.cpp does "
+        'this when the prompt does not fit its n_ctx: set [models."NAME"] context_window '
+        "to the server's n_ctx, or start the server with a larger one.",
+        code="upstream_empty_stream",
+    )
 
 
 async def _relay_sse(
@@ -224,6 +254,7 @@ async def _relay_sse(
     resp: Any,
     plan: Plan,
     turn: _Turn,
+    head: bytes,
 ) -> web.StreamResponse:
     assembler = fmt.assembler()
     keep_raw = svc.settings.store.keep_raw_sse
@@ -237,7 +268,14 @@ async def _relay_sse(
     outcome = StreamOutcome()
     try:
         return await relay_stream(
-            request, up, resp, plan.response_headers, tee, outcome, lambda: assembler.done
+            request,
+            up,
+            resp,
+            plan.response_headers,
+            tee,
+            outcome,
+            head,
+            lambda: assembler.complete,
         )
     finally:
         turn.cancelled = outcome.cancelled and not outcome.complete
@@ -295,6 +333,7 @@ def _not_kept(turn: _Turn, limit: int) -> dict[str, Any]:
 def _record(
     svc: Services,
     request: web.Request,
+    fmt: WireFormat,
     req: ChatRequest,
     up: Upstream,
     plan: Plan,
@@ -307,10 +346,11 @@ def _record(
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
     if turn.session_id is not None:
         svc.sessions.answered(turn.session_id, workspace_for(request.headers), req.messages)
-    # By position, in the fields' order: the record by 21 keywords took 15,000 instructions
-    # a turn, by position 5,000 (callgrind). test_chat_record_fields checks each lands.
+    params = request_params(req.body) if req.params is None else dict(req.params)
+    # By position, in the fields' order: a third of the cost of 21 keywords (bench/NOTES.md).
+    # test_chat_record_fields checks each lands.
     svc.store.record(
-        TurnRecord(
+        record := TurnRecord(
             workspace_for(request.headers),  # workspace
             started,  # started_at
             req.model,  # model
@@ -328,20 +368,27 @@ def _record(
             turn.error,  # error
             turn.cancelled,  # cancelled
             turn.raw,  # raw_response
-            request_params(req.body),  # request_params
-            req.raw,  # raw_request
+            params,  # request_params
+            req.raw if req.params is None else None,  # raw_request: a chat body's only
             req.resends,  # resends
             turn.json_body,  # answer
-            session_id=turn.session_id,
-            choices=turn.choices,
+            None,  # extends
+            fmt.name,  # wire
+            turn.session_id,  # session_id
+            turn.choices,  # choices
         )
     )
+    if svc.memories is not None:  # (a session's memory, when due: off the request path)
+        svc.memories.note(record, request.headers)
 
 
-def record_rejection(request: web.Request, svc: Services, seen: _Seen, error: HandoffError) -> None:
+def record_rejection(
+    request: web.Request, svc: Services, fmt: WireFormat, seen: _Seen, error: HandoffError
+) -> None:
     """Record a request handoff refused itself (bad JSON, unfittable, unknown model…): its
-    status and error body, and its messages when they parsed. Never the body otherwise (it
-    may hold anything); at most ``svc.rejections`` per workspace per minute."""
+    status and error body, decision ``rejected``, and its messages when they parsed. Never
+    the body otherwise (it may hold anything); at most ``svc.rejections`` per workspace per
+    minute."""
     if svc.store is None:
         return
     workspace = workspace_for(request.headers)
@@ -359,6 +406,9 @@ def record_rejection(request: web.Request, svc: Services, seen: _Seen, error: Ha
         if req is None
         else session_hint(request.headers, req.body, svc.settings.store.session_from_body)
     )
+    params: dict[str, Any] = {}
+    if req is not None:
+        params = request_params(req.body) if req.params is None else dict(req.params)
     svc.store.record(
         TurnRecord(
             workspace,
@@ -368,11 +418,18 @@ def record_rejection(request: web.Request, svc: Services, seen: _Seen, error: Ha
             req.messages if req is not None else [],
             status=error.status,
             session_hint=hint,
+            decision=Decision(action="rejected"),
             error=body,
-            request_params=request_params(req.body) if req is not None else {},
+            request_params=params,
+            wire=fmt.name,
         )
     )
 
 
 chat_completions = exchange(CHAT)
 """``POST /v1/chat/completions`` (and ``/chat/completions``)."""
+responses = exchange(RESPONSES)
+"""``POST /v1/responses``."""
+
+anthropic_messages = exchange(ANTHROPIC)
+"""``POST /v1/messages`` (Anthropic Messages, ``?beta=true`` passed on)."""

@@ -12,10 +12,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from proxy.errors import ErrorShape, openai_shape
+from proxy.decide.decision import Decision
+from proxy.decide.plan import Plan
+from proxy.errors import ErrorShape, anthropic_shape, openai_shape
+from proxy.ingress.anthropic_messages import parse_messages
 from proxy.ingress.chat_completions import parse_chat
 from proxy.ingress.chat_request import ChatRequest
 from proxy.ingress.incremental_parse import ResentBodies
+from proxy.ingress.responses_api import parse_responses
+from proxy.upstream import responses_stream
+from proxy.upstream.anthropic_stream import MessageAssembler, overflow_limit, read_message
 from proxy.upstream.overflow import context_limit
 from proxy.upstream.sse import ReplyAssembler, read_answer
 
@@ -36,8 +42,10 @@ class Assembler(Protocol):
     def error(self) -> Mapping[str, Any] | None: ...
 
     @property
-    def done(self) -> bool:
-        """The stream's final event (``data: [DONE]``, ``response.completed``…) was fed."""
+    def complete(self) -> bool:
+        """Whether the answer's end has arrived: a client that leaves after it has had
+        its whole turn."""
+        ...
 
     def feed(self, data: bytes) -> None: ...
 
@@ -62,6 +70,13 @@ class WireFormat:
     context_limit: Callable[[int, bytes], int | None]
     """The window an overflow answer names (0: unnamed), None when it is not one."""
     error_shape: ErrorShape = openai_shape
+    own_plan: Callable[[ChatRequest], Plan | None] | None = None
+    """A plan the format makes itself for a request handoff must not rewrite (None from
+    it: ask the planner)."""
+    history_key: str = "messages"
+    """The body's member holding the history a client resends (for :class:`ResentBodies`)."""
+    upstream_kind: str = "openai"
+    """Which upstreams (``[[upstreams]] kind``) requests in this format are routed to."""
 
 
 CHAT = WireFormat(
@@ -73,3 +88,43 @@ CHAT = WireFormat(
     read_answer=read_answer,
     context_limit=context_limit,
 )
+
+
+def stateful_plan(req: ChatRequest) -> Plan | None:
+    """A Responses request that continues a stored response (``previous_response_id``):
+    the upstream holds the history, so handoff can neither count nor compress it, and
+    forwards the request as it came, saying so in ``x-handoff-decision: stateful``."""
+    if req.params is None or not req.params.get("previous_response_id"):
+        return None
+    return Plan(
+        body=req.raw,
+        decision=Decision(action="stateful", exact=False),
+        headers={"x-handoff-decision": "stateful"},
+    )
+
+
+RESPONSES = WireFormat(
+    name="responses",
+    route="/v1/responses",
+    upstream_path="/responses",
+    parse=parse_responses,
+    assembler=responses_stream.ResponsesAssembler,
+    read_answer=responses_stream.read_answer,
+    context_limit=responses_stream.context_limit,
+    own_plan=stateful_plan,
+    history_key="input",
+)
+
+
+ANTHROPIC = WireFormat(
+    name="anthropic",
+    route="/v1/messages",
+    upstream_path="/messages",
+    parse=parse_messages,
+    assembler=MessageAssembler,
+    read_answer=read_message,
+    context_limit=overflow_limit,
+    error_shape=anthropic_shape,
+    upstream_kind="anthropic",
+)
+"""Anthropic Messages (``POST /v1/messages``), routed to ``kind = "anthropic"`` upstreams."""

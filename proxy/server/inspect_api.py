@@ -5,7 +5,7 @@ as the proxy's own are (not a sub-application with middleware, which would make 
 run a middleware chain for every request). Routes: ``GET /sessions`` (``model``,
 ``since``, ``search``, ``workspace``, ``limit``), ``GET /sessions/{id}``,
 ``GET /sessions/{id}/turns/{n}``, ``GET /sessions/{id}/diff/{n}`` and
-``GET /sessions/{id}/export?format=…&turn=N``.
+``GET /sessions/{id}/export?format=…&turn=N&sent=1``.
 Answered to loopback clients, or to anyone sending ``x-handoff-key`` equal to a
 non-empty ``access_key``. A client sees its own workspace, the one its API key names
 (:mod:`proxy.server.workspace`), and its sub-workspaces: any other session answers 404 as a
@@ -32,7 +32,7 @@ from proxy.server.workspace import home_workspace
 from proxy.store.base import StoreReader
 from proxy.store.durations import SQLITE_MAX, parse_count, parse_since
 from proxy.store.errors import AmbiguousSession, StoreError, StoreMissingError
-from proxy.store.export import FORMATS, export
+from proxy.store.export import BODY_FORMATS, FORMATS, export
 from proxy.store.jsonout import dumps
 
 READER = web.AppKey("reader", StoreReader)
@@ -149,12 +149,12 @@ async def _export(request: web.Request, reader: StoreReader) -> web.Response:
         return _error(
             400, f"format must be one of {', '.join(FORMATS)}", "invalid_request_error", "format"
         )
+    sent = request.query.get("sent", "") in ("1", "true")
+    if sent and fmt not in BODY_FORMATS:
+        why = f"sent applies to {', '.join(BODY_FORMATS)}"
+        return _error(400, why, "invalid_request_error", "sent")
     out = await asyncio.to_thread(
-        export,
-        reader,
-        request.match_info["id"],
-        fmt,
-        _int(request, "turn"),
+        export, reader, request.match_info["id"], fmt, _int(request, "turn"), sent=sent
     )
     if isinstance(out, str):
         return web.Response(text=out, content_type="text/markdown")

@@ -24,9 +24,9 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 class _RequestStats:
     """Requests by route, model, decision and status, and upstream latency, as plain
-    dicts the event loop bumps (~0.5 µs; prometheus-client's labelled Counter and
-    Histogram take a lock and cost ~4 µs a request), turned into metric families
-    only when /metrics is scraped."""
+    dicts the event loop bumps (prometheus-client's labelled metrics take a lock per
+    request: figures in bench/NOTES.md), turned into metric families only when
+    /metrics is scraped."""
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str, str, str], int] = {}

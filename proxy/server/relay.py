@@ -44,7 +44,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         if request.can_read_body
         else None
     )
-    up = svc.router.route(_model_of(body)) if body else svc.router.default()
+    kind = "anthropic" if "anthropic-version" in request.headers else "openai"
+    up = svc.router.route(_model_of(body), kind) if body else svc.router.default(kind)
     fields = request_fields(request)
     fields["upstream"] = up.name
     url = up.url(tail, request.rel_url.raw_query_string)

@@ -32,8 +32,8 @@ def workspace_for(headers: Mapping[str, str]) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _key_workspace(key: str) -> str:
-    """Remembered (in memory only) for the keys in use: sha256 through OpenSSL took
-    ~80 µs a request with the CPU's caches cold, as they are after a long history."""
+    """Remembered (in memory only) for the keys in use: sha256 through OpenSSL is slow
+    with the CPU's caches cold, as they are after a long history."""
     return "key-" + hashlib.sha256(_SALT + key.encode()).hexdigest()[:16]
 
 
@@ -41,7 +41,11 @@ def _api_key(headers: Mapping[str, str]) -> str:
     auth = headers.get("Authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    return headers.get("api-key", "").strip() or auth.strip()
+    return (
+        headers.get("api-key", "").strip()
+        or headers.get("x-api-key", "").strip()  # Anthropic's
+        or auth.strip()
+    )
 
 
 SESSION_HEADERS: tuple[str, ...] = (
@@ -49,10 +53,12 @@ SESSION_HEADERS: tuple[str, ...] = (
     "x-session-id",  # opencode
     "x-claude-code-session-id",  # Claude Code
     "session-id",  # Codex
+    "session_id",  # Codex (Responses), other builds
     "conversation_id",  # Codex, older builds
+    "thread-id",  # Codex (Responses) threads
 )
-"""Request headers in which a client names its own conversation, first found wins. A
-wire format that learns another client's header adds it here."""
+"""Request headers in which a client names its own conversation, first found wins, for
+every wire format (chat, Responses, Messages). A client with another header adds it here."""
 
 
 def session_hint(

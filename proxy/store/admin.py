@@ -7,14 +7,14 @@ transaction, so they are safe while a proxy is writing the same file.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from proxy.decide.decision import Decision
-from proxy.store import portable, retention
-from proxy.store.base import TurnRecord
+from proxy.store import memories, portable, retention
+from proxy.store.base import MemoryRecord, TurnRecord
 from proxy.store.db import connect
 from proxy.store.errors import InvalidDocument
 from proxy.store.indexer import index_all
@@ -70,30 +70,60 @@ def import_document(path: str | Path, doc: Any, *, redact: bool = False) -> str:
             " VALUES (?, ?, ?, ?, ?, ?)",
             (sid, doc["workspace"], hint, doc["title"], first, first),
         )
-        for t in doc["turns"]:
-            history = portable.turn_history(doc, t)
-            record = TurnRecord(
-                workspace=doc["workspace"],
-                started_at=t["started_at"],
-                model=t["model"],
-                upstream=t["upstream"],
-                messages=history,
-                status=t["status"],
-                latency_ms=t["latency_ms"],
-                streamed=t["streamed"],
-                decision=_decision(t["decision"]),
-                forwarded=portable.turn_forwarded(t, history),
-                reply=t["reply"],
-                usage=t["usage"],
-                finish_reason=t["finish_reason"],
-                error=t["error"],
-                cancelled=t["cancelled"],
-                request_params=t["request_params"],
-            )
-            tid = write_turn(db, record, redact=redact, into=sid)
-            db.execute("UPDATE turns SET handoff_from = ? WHERE id = ?", (t["handoff_from"], tid))
+        _write_turns(db, doc, doc["turns"], sid, redact)
+        mem = doc.get("memory")
+        if mem is not None:
+            fields = {k: mem[k] for k in portable.MEMORY_FIELDS}
+            memories.insert(db, MemoryRecord(doc["workspace"], sid, **fields))
         index_all(db)
     return str(sid)
+
+
+def append_turns(
+    path: str | Path,
+    doc: Any,
+    sid: str,
+    turns: Sequence[Mapping[str, Any]],
+    *,
+    redact: bool = False,
+) -> int:
+    """Add ``turns`` of a validated document to the end of session ``sid`` (a source
+    that grew since it was imported); return how many."""
+    with _transaction(path) as db:
+        _write_turns(db, doc, turns, sid, redact)
+        index_all(db)
+    return len(turns)
+
+
+def _write_turns(
+    db: sqlite3.Connection,
+    doc: Mapping[str, Any],
+    turns: Sequence[Mapping[str, Any]],
+    sid: str,
+    redact: bool,
+) -> None:
+    for t in turns:
+        history = portable.turn_history(doc, t)
+        record = TurnRecord(
+            workspace=doc["workspace"],
+            started_at=t["started_at"],
+            model=t["model"],
+            upstream=t["upstream"],
+            messages=history,
+            status=t["status"],
+            latency_ms=t["latency_ms"],
+            streamed=t["streamed"],
+            decision=_decision(t["decision"]),
+            forwarded=portable.turn_forwarded(t, history),
+            reply=t["reply"],
+            usage=t["usage"],
+            finish_reason=t["finish_reason"],
+            error=t["error"],
+            cancelled=t["cancelled"],
+            request_params=t["request_params"],
+        )
+        tid = write_turn(db, record, redact=redact, into=sid)
+        db.execute("UPDATE turns SET handoff_from = ? WHERE id = ?", (t["handoff_from"], tid))
 
 
 def prune(path: str | Path, older_than_s: float, now: float | None = None) -> int:

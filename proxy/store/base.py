@@ -1,17 +1,18 @@
 """The snapshot store's interface: what the proxy records, and what readers ask.
 
-The proxy only ever calls :meth:`Store.record` (non-blocking; batched and written
-off the event loop by the implementation), :meth:`Store.health` and
-:meth:`Store.lag_s`. The CLI, the ``/handoff/v1`` inspection API and tomorrow's
-web inspector and MCP server read through the query methods. SQLite is the
-embedded default; a shared PostgreSQL store for teams implements the same protocol.
+The proxy talks to a store only through :class:`Store` (record, health, lag, the
+token-count calibration, a reader, start and close); the CLI, the ``/handoff/v1``
+inspection API and tomorrow's web inspector and MCP server read through
+:class:`StoreReader`. SQLite is the embedded default, and how it keeps up (a writer
+process, caches) is its own business; a shared PostgreSQL store for teams implements
+these two protocols and nothing more.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,9 +31,8 @@ class TurnRecord:
     """One chat request and its outcome, as the proxy hands it to the store.
 
     Treated as immutable (:func:`settled` makes a new one), but not ``frozen``: a
-    frozen dataclass's ``__init__`` sets each of its 21 fields through
-    ``object.__setattr__``, 7.7 µs a record against 1.7 µs, paid on the request path
-    and twice a turn in the writer.
+    frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    several times slower, paid on the request path and twice a turn in the writer.
     """
 
     workspace: str  # x-handoff-workspace, or a hash of the API key (never the key)
@@ -70,6 +70,9 @@ class TurnRecord:
     """``(earlier, n)``: ``messages`` starts with ``earlier``'s first ``n`` messages, the
     very objects (the writer's decode builds it so). A cache holding ``earlier`` then
     knows that prefix without comparing it."""
+    wire: str = "chat"
+    """The wire format the client spoke (``chat``, ``responses``, ``anthropic``): the
+    messages are chat-shaped whatever it was, and an export writes them back in it."""
     session_id: str | None = None
     """The session the proxy announced (``x-handoff-session``, see
     ``proxy.server.session_ids``): a new session takes this id; a turn threaded into
@@ -77,6 +80,21 @@ class TurnRecord:
     choices: Sequence[Mapping[str, Any]] | None = None
     """Every choice (``index``, ``message``, ``finish_reason``) when the client asked for
     several (``n`` > 1); ``reply`` stays choice 0, the one histories go on with."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One session's structured memory, as the store keeps it (one per session, the
+    newest replacing the last)."""
+
+    workspace: str
+    session_id: str
+    memory: Mapping[str, Any]  # the sections (``policies.memory.SessionMemory.as_dict``)
+    text: str  # the memory as recall inserts it (Markdown)
+    source: str  # "digest" (built from the session) or "llm" (refined by the summarizer)
+    reason: str  # what wrote it: "turns", "compressed", "handoff", "asked", "command"
+    turns: int  # the user turns it covers
+    updated_at: float = field(default_factory=time.time)
 
 
 def settled(turn: TurnRecord) -> TurnRecord:
@@ -127,10 +145,40 @@ class Store(Protocol):
         """Seconds the oldest turn not yet on disk has waited, 0.0 when none waits.
         Lock-free and cheap: asked before every chat request (``store_gate``)."""
 
+    def save_calibration(self, data: Mapping[str, Any]) -> None:
+        """Queue the token-count calibration for writing (non-blocking, as :meth:`record`)."""
+
+    def load_calibration(self) -> dict[str, Any]:
+        """The calibration saved last (blocking: called off the event loop, at start)."""
+        ...
+
+    def reader(self) -> StoreReader:
+        """Read-only queries over what this store has written (``/handoff/v1``)."""
+        ...
+
     async def start(self) -> None: ...
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """Write a session's memory, replacing its last. Blocking (one short transaction):
+        call it off the event loop, from a background task that owns it."""
 
     async def close(self) -> None:
         """Drain everything queued, then close."""
+
+    def load_limits(self) -> dict[str, Any]:
+        """The windows upstreams named in overflow errors, as last saved (empty when
+        none): :meth:`proxy.decide.windows.learned.LearnedLimits.snapshot`'s shape."""
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        """Queue the learned windows for writing, next to calibration (non-blocking):
+        called when one is learned, so a restart does not pay the refusal again."""
+
+    def load_summary(self, key: str) -> str | None:
+        """A summary written earlier, by the hash of what it summarized (blocking: call it
+        in a thread); None when there is none."""
+
+    def save_summary(self, key: str, text: str) -> None:
+        """Queue a summary for writing (non-blocking), so a restart does not pay again."""
 
 
 class StoreReader(Protocol):
@@ -164,9 +212,33 @@ class StoreReader(Protocol):
     def turn(self, ref: str, n: int) -> dict[str, Any]: ...
 
     def turns(
-        self, ref: str, upto: int | None = None
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]: ...
+        self, ref: str, upto: int | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The session and its turns in full (up to ``upto``); ``progress(done, total)``
+        after each turn read."""
+        ...
 
     def diff(self, ref: str, n: int) -> dict[str, Any]: ...
 
     def load_calibration(self) -> dict[str, Any]: ...
+
+    def memory(self, ref: str) -> dict[str, Any] | None:
+        """The memory of session ``ref``, None when it has none yet."""
+        ...
+
+    def memories(self, workspace: str, *, query: str = "", limit: int = 5) -> list[dict[str, Any]]:
+        """``workspace``'s memories (that workspace only), the best match to ``query``
+        first and, among equals, the newest."""
+        ...
+
+    def recalled(
+        self, workspace: str, opening: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """The message recall put into the first turn of the conversation that opened with
+        ``opening`` in ``workspace``, and the sessions it named (replayed after a restart)."""
+        ...
+
+    def session_of_turn(self, workspace: str, started_at: float) -> str | None:
+        """The session the turn begun at ``started_at`` in ``workspace`` was threaded
+        into, None while it is not on disk."""
+        ...

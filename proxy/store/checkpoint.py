@@ -1,9 +1,9 @@
 """WAL checkpoints on a thread of their own, so the writer's commits never wait for the disk.
 
 In WAL mode the commit that takes the log past ``wal_autocheckpoint`` pages also
-copies the log back into the database file and syncs both (a checkpoint). Under the
-bench's c16 resends that commit took 27-142 ms instead of 1-5 ms, once every second or
-two, with every turn queued behind it waiting too; the store gate holds new
+copies the log back into the database file and syncs both (a checkpoint). Under load
+that commit took tens of times as long as the others (bench/NOTES.md), with every turn
+queued behind it waiting too; the store gate holds new
 requests once the oldest has waited ``store.max_lag_s``. A passive checkpoint on a
 connection of its own runs beside the writer instead: WAL lets one connection
 append while another copies what is committed, and the sync waits with the GIL
@@ -22,8 +22,7 @@ import structlog
 log = structlog.get_logger("handoff.store")
 
 EVERY_S = 0.5
-"""At most this often, and only after a commit. Under c16 resends (~2,000 turns a
-second) the log then peaks near 2,100 pages (8 MB), each checkpoint taking ≤ 25 ms."""
+"""At most this often, and only after a commit, so the log stays short under load."""
 BACKSTOP_PAGES = 4000
 """The writer's own ``wal_autocheckpoint``: about twice the log's peak here."""
 
@@ -45,7 +44,7 @@ class Checkpointer:
         self._thread.start()
 
     def committed(self) -> None:
-        """The writer committed: a checkpoint is due (one ``Event.set``, ~1 µs)."""
+        """The writer committed: a checkpoint is due (one ``Event.set``)."""
         self._due.set()
 
     def stop(self) -> None:

@@ -12,8 +12,8 @@ from proxy.store.migrations import migrate
 
 # Python 3.11's sqlite3 binds only exact ints, floats, strs and bytearrays as they are. Any
 # other value (None, bytes, a bool) is first offered for adapting, and the failed look-up of
-# ``__adapt__`` on its protocol type formats an AttributeError each time: ~2,000
-# instructions a parameter, 4-5% of the store writer's work a turn (callgrind). Adapters
+# ``__adapt__`` on its protocol type formats an AttributeError each time, a visible share
+# of the store writer's work a turn. Adapters
 # that give the value back as it is take the registry's path instead; what is stored is
 # unchanged (a bool was bound as an integer before too).
 sqlite3.register_adapter(bytes, bytes)
@@ -42,7 +42,7 @@ def connect(
         db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
-        db.execute("PRAGMA temp_store = MEMORY")  # a sort's temp file cost ~100 µs a query
+        db.execute("PRAGMA temp_store = MEMORY")  # no temp file for a query's sort
         migrate(db)
     except sqlite3.DatabaseError as e:
         db.close()

@@ -1,11 +1,10 @@
 """Session ids: creation time first, so new sessions go at the end of every index.
 
 An id is the creation time in microseconds (13 hex digits) followed by 44 random
-bits (11 hex digits). Random ids, as before, put every new session at a random
-place in the ``sessions`` primary key and in ``session_messages``: each insert
-touched its own page, and the writer's CPU a turn grew with the store (regenerating
-one request 70,000 times: ~215 → ~320 µs a turn). Time-ordered ids keep the pages
-being written few and hot (~225 to ~255 µs a turn, flat).
+bits (11 hex digits). Random ids put every new session at a random place in the
+``sessions`` primary key and in ``session_messages``, so each insert touched its own
+page and the writer's cost a turn grew with the store; time-ordered ids keep the pages
+being written few and hot (figures in bench/NOTES.md).
 
 Ids must be unique, not secret: the store and its API are guarded by file
 permissions and ``server.access_key``, not by unguessable ids. So the random part

@@ -19,6 +19,10 @@ a rollback, retention deleted sessions). ``seen``, a filter of every stored
 chain hash, outlives a clear: it only has to hold every stored hash, so it is
 reset only when another connection may have added turns. Only the writer
 thread touches it.
+
+The steps of writing a turn always ask a ``Known``; :meth:`Known.forgetful` remembers
+nothing, so every answer comes from the database (imports, and the slow path the
+property tests compare the writer with).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class Lru(Generic[K, V]):
         return self._d.get(key)
 
     def __setitem__(self, key: K, value: V) -> None:
+        if not self.size:
+            return
         d = self._d
         d[key] = value
         d.move_to_end(key)
@@ -90,15 +96,24 @@ NONE = "none"
 class Known:
     """The writer's exact, bounded memory of recent rows (see the module docstring)."""
 
-    def __init__(self, max_messages: int = 50_000, max_turns: int = 20_000) -> None:
+    def __init__(
+        self, max_messages: int = 50_000, max_turns: int = 20_000, max_titles: int = 1024
+    ) -> None:
         self.message_ids: Lru[bytes, int] = Lru(max_messages)
         self.heads: Lru[str, Head] = Lru(max_turns)
         self.best: Lru[tuple[str, bytes], Match | str] = Lru(2 * max_turns)
         self.bases: Lru[int, tuple[int | None, int]] = Lru(max_turns)
         self.hints: Lru[tuple[str, str], str] = Lru(max_turns)
-        self.titles: Lru[bytes, str] = Lru(1024)  # by the first user message's digest
+        self.titles: Lru[bytes, str] = Lru(max_titles)  # by the first user message's digest
         self.seen = SeenHashes()
         self.inserted = 0  # messages inserted since the writer last indexed
+
+    @classmethod
+    def forgetful(cls) -> Known:
+        """A ``Known`` that remembers nothing: every lookup misses, the filter never loads."""
+        known = cls(0, 0, 0)
+        known.seen = SeenHashes(enabled=False)
+        return known
 
     def clear(self) -> None:
         for lru in (self.message_ids, self.heads, self.best, self.bases, self.hints, self.titles):

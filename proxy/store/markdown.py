@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.store.jsonout import dumps_text
+from proxy.store.messages import message_text, squeeze
 
 
 def _when(ts: float | None) -> str:
@@ -21,6 +22,9 @@ def message_md(m: Mapping[str, Any]) -> str:
     role = str(m.get("role", "?"))
     name = m.get("name") or m.get("tool_call_id")
     lines = [f"### {role}" + (f" ({name})" if name else "")]
+    reasoning = m.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        lines.append("> *reasoning:* " + " ".join(reasoning.split()))
     content = m.get("content")
     if isinstance(content, str):
         lines.extend([content] if content else [])
@@ -84,9 +88,48 @@ def render(doc: Mapping[str, Any]) -> str:
         f" · exported {doc['exported_at']}",
         "## Turns",
         "\n".join(decision_md(t) for t in turns),
-        "## Messages",
     ]
+    shown = [compression_md(doc, t) for t in turns if t.get("forwarded") is not None]
+    if shown:
+        out += ["## Compressions", *shown]
+    out.append("## Messages")
     for entry in doc["messages"]:
         stamp = _when(entry.get("timestamp"))
         out.append(message_md(entry["message"]) + (f"\n\n<sub>{stamp}</sub>" if stamp else ""))
     return "\n\n".join(out) + "\n"
+
+
+def compression_md(doc: Mapping[str, Any], t: Mapping[str, Any]) -> str:
+    """What one compressed turn did: the messages it dropped, the notes it inserted,
+    and what the model was sent instead of the history."""
+    history_len = t["history_length"]
+    kept: set[int] = set()
+    inserted: list[Mapping[str, Any]] = []
+    sent = 0
+    for op in t["forwarded"]:
+        if "keep" in op:
+            start, count = op["keep"]
+            kept.update(range(start, start + count))
+            sent += count
+        else:
+            inserted.append(op["insert"])
+            sent += 1
+    dropped = [i for i in range(history_len) if i not in kept]
+    history = t.get("history") or [m["message"] for m in doc["messages"][:history_len]]
+    d = t.get("decision") or {}
+    policies = ", ".join(d.get("policies") or []) or "?"
+    tokens = f" ({d['tokens']} → {d.get('forwarded_tokens')} tokens)" if d.get("tokens") else ""
+    lines = [
+        f"### turn {t['turn']} · {t['model']} · {policies}",
+        f"Sent {sent} of {history_len} messages to {t['model']}{tokens}:"
+        f" {len(dropped)} dropped, {len(inserted)} inserted.",
+    ]
+    for i in dropped:
+        lines.append(f"- dropped [{i}] {_brief(history[i])}")
+    for m in inserted:
+        lines.append(f"- inserted ({m.get('role', '?')}): {_brief(m, 400)}")
+    return "\n".join(lines)
+
+
+def _brief(m: Mapping[str, Any], width: int = 100) -> str:
+    return f"{m.get('role', '?')}: " + squeeze(message_text(m), width)

@@ -39,7 +39,7 @@ def squeeze(text: str, width: int = 80) -> str:
 
 
 def put_message(
-    db: sqlite3.Connection, body: bytes | Callable[[], bytes], h: bytes, known: Known | None = None
+    db: sqlite3.Connection, body: bytes | Callable[[], bytes], h: bytes, known: Known
 ) -> int:
     """The id of the message with digest ``h``, inserting its canonical ``body`` if new.
 
@@ -47,19 +47,16 @@ def put_message(
     packing later, by UPDATE, shrank rows in place and left the pages half empty until
     a VACUUM. ``body`` may be a callable, so a message the writer knows is not serialised.
     """
-    if known is not None:
-        mid = known.message_ids.get(h)
-        if mid is not None:
-            return mid
+    mid = known.message_ids.get(h)
+    if mid is not None:
+        return mid
     raw = pack_body(body() if callable(body) else body)
     cur = db.execute("INSERT OR IGNORE INTO messages (hash, body) VALUES (?, ?)", (h, raw))
     if cur.rowcount == 1:
         assert cur.lastrowid is not None
         mid = cur.lastrowid
-        if known is not None:
-            known.inserted += 1
+        known.inserted += 1
     else:
         mid = int(db.execute("SELECT id FROM messages WHERE hash = ?", (h,)).fetchone()[0])
-    if known is not None:
-        known.message_ids[h] = mid
+    known.message_ids[h] = mid
     return mid

@@ -20,7 +20,8 @@ Tables (see ``m001_initial``):
     history and of history + reply: threading looks them up. ``forwarded`` is
     NULL when the request went upstream unchanged, else JSON ops over the history
     (see ``forwarded``). ``decision``, ``usage``, ``error`` are JSON;
-    ``handoff_from`` is the previous turn's model when it differs.
+    ``handoff_from`` is the previous turn's model when it differs; ``wire`` the wire
+    format the client spoke (``chat``, ``responses``, ``anthropic``).
 ``session_messages``
     Which sessions hold which message in a history or reply (a fork also holds
     the messages it shares with its parent): full-text search maps hits to sessions.
@@ -36,6 +37,10 @@ Tables (see ``m001_initial``):
 ``writer_progress``
     How many turns the current writer process (``writer``: an id its proxy gave it) has
     committed, counted in the same transactions (see ``progress``).
+``memories``
+    One structured memory per session (``session_id``, its ``workspace``): the sections
+    as JSON ``body``, the Markdown ``text`` recall inserts, ``source`` (``digest`` or
+    ``llm``), the ``reason`` it was written and the user ``turns`` it covers.
 ``turns.choices`` (m010) holds every choice of an ``n`` > 1 request as JSON;
 ``turns.side_call`` (m011) marks a client's side call (title, compaction) in its session.
 ``session_aliases``
@@ -171,6 +176,30 @@ def m006_writer_progress(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE writer_progress (writer TEXT PRIMARY KEY, turns INTEGER NOT NULL)")
 
 
+def m007_memories(db: sqlite3.Connection) -> None:
+    _script(
+        db,
+        """
+        CREATE TABLE memories (
+            session_id TEXT PRIMARY KEY,
+            workspace TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            turns INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            body BLOB NOT NULL,
+            text TEXT NOT NULL
+        );
+        CREATE INDEX memories_workspace ON memories(workspace, updated_at)
+        """,
+    )
+
+
+def m008_turn_wire(db: sqlite3.Connection) -> None:
+    # The wire format the client spoke; turns recorded before it were all chat.
+    db.execute("ALTER TABLE turns ADD COLUMN wire TEXT NOT NULL DEFAULT 'chat'")
+
+
 def m009_session_aliases(db: sqlite3.Connection) -> None:
     """Ids the proxy announced for a session the writer knew by another id."""
     db.execute(
@@ -196,6 +225,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     m004_index_state,
     m005_collapse_bases,
     m006_writer_progress,
+    m007_memories,
+    m008_turn_wire,
     m009_session_aliases,
     m010_turn_choices,
     m011_side_calls,

@@ -5,14 +5,13 @@ to index) that each take up to several milliseconds. Whoever it shares a CPU wit
 waits through a burst: in the proxy's process, the event loop waits for the GIL;
 next to the writer process, a client or a local model waits for the core, as the
 scheduler lets a running task finish its slice before a woken one preempts it
-(measured over 30 interleaved replays of a 500-turn conversation, snapshots on
-against off: 0.81x without giving way, 0.90x with it). A :class:`Pacer` gives way every
-``every_s`` of work, by the clock, since giving way costs a few microseconds.
+(bench/NOTES.md has the replay that showed it). A :class:`Pacer` gives way every
+``every_s`` of work, by the clock, since giving way itself costs CPU.
 
 Giving way is for a writer that keeps up. One that has fallen behind must take its
 fair share of the CPU instead, or it falls further behind for as long as the CPU
-stays busy (measured: 200 saturating clients left 12,000 turns queued and the
-oldest dropped); so a pacer can be told when to give way (``only_while``).
+stays busy (saturating clients filled its queue until turns were dropped); so a
+pacer can be told when to give way (``only_while``).
 """
 
 from __future__ import annotations

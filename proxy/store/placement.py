@@ -55,7 +55,7 @@ def _best(
     hashes: Sequence[bytes],
     lengths: Sequence[int],
     session_id: str | None,
-    known: Known | None,
+    known: Known,
 ) -> Match | None:
     """The best stored turn matching one of ``lengths`` leading messages (longest first)."""
     where = "AND session_id = ?" if session_id else ""
@@ -66,7 +66,7 @@ def _best(
     sql = _BEST_SQL.format(values=",".join(["(?, ?)"] * len(lengths)), where=where)
     row = db.execute(sql, (*values, workspace, *extra, workspace, *extra)).fetchone()
     m = None if row is None else Match(*row[:3], *map(bool, row[3:6]), *row[6:])
-    if known is not None and session_id is None:  # a global answer: remember it
+    if session_id is None:  # a global answer: remember it
         for n in lengths:
             if m is not None and n <= m.length:
                 break
@@ -90,20 +90,21 @@ def find_match(
     Ties go to a conversation's latest turn, then to the newest. The candidate
     lengths are looked up longest first, a few at a time (a continuation is found
     in the first lookup); what ``known`` remembers, or its filter rules out, is
-    not asked of the database.
+    not asked of the database (none, without ``known``).
     """
-    if known is not None:
-        known.seen.load(db)
+    if known is None:
+        known = Known.forgetful()
+    known.seen.load(db)
     end, size = len(hashes), 4
     while end > 0:
         start = max(0, end - size)
         hit: Match | None = None
         ask: list[int] = []
         for n in range(end, start, -1):
-            m = known.lookup(workspace, hashes[n - 1]) if known is not None else None
+            m = known.lookup(workspace, hashes[n - 1])
             if m == NONE:
                 continue
-            if m is None and known is not None and not known.seen.may_have(hashes[n - 1]):
+            if m is None and not known.seen.may_have(hashes[n - 1]):
                 continue  # no stored turn has this history
             if isinstance(m, Match) and session_id in (None, m.session_id):
                 hit = m
@@ -136,9 +137,9 @@ class Place:
         return self.match.length if self.match else 0
 
 
-def _head(db: sqlite3.Connection, sid: str, known: Known | None) -> tuple[int, str | None]:
+def _head(db: sqlite3.Connection, sid: str, known: Known) -> tuple[int, str | None]:
     """(seq of ``sid``'s head turn or 0, its model)."""
-    head = known.heads.get(sid) if known is not None else None
+    head = known.heads.get(sid)
     if head is not None:
         return head.seq, head.model
     row = db.execute(
@@ -148,13 +149,12 @@ def _head(db: sqlite3.Connection, sid: str, known: Known | None) -> tuple[int, s
     ).fetchone()
     if row is None:
         return 0, None
-    if known is not None:
-        known.heads[sid] = Head(row[0], row[1], row[2])
+    known.heads[sid] = Head(row[0], row[1], row[2])
     return int(row[1]), str(row[2])
 
 
-def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known | None) -> str | None:
-    sid = known.hints.get((workspace, hint)) if known is not None else None
+def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known) -> str | None:
+    sid = known.hints.get((workspace, hint))
     if sid is None:
         row = (
             db.execute(
@@ -165,7 +165,7 @@ def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known | No
             ).fetchone()
         )
         sid = None if row is None else str(row[0])
-        if sid is not None and known is not None:
+        if sid is not None:
             known.hints[(workspace, hint)] = sid
     return sid
 
@@ -183,7 +183,7 @@ def place_turn(
     turn: TurnRecord,
     hashes: Sequence[bytes],
     into: str | None,
-    known: Known | None,
+    known: Known,
 ) -> Place:
     """The threading rules (see the module docstring); ``into`` forces the session."""
     sid = into
@@ -228,7 +228,7 @@ def _head_continued(
     return None if row is None else Match(*row[:3], *map(bool, row[3:6]), *row[6:])
 
 
-def base_turn(db: sqlite3.Connection, m: Match, known: Known | None) -> int:
+def base_turn(db: sqlite3.Connection, m: Match, known: Known) -> int:
     """The turn that holds ``m``'s first ``m.length`` messages itself, or builds on one that does.
 
     A regenerate of a regenerate builds on the original turn, so reading any turn
@@ -237,13 +237,12 @@ def base_turn(db: sqlite3.Connection, m: Match, known: Known | None) -> int:
     tid, base, base_len = m.turn_id, m.base_turn, m.base_len
     while base is not None and m.length <= base_len:
         tid = base
-        got = known.bases.get(tid) if known is not None else None
+        got = known.bases.get(tid)
         if got is None:
             row = db.execute(
                 "SELECT base_turn, base_len FROM turns WHERE id = ?", (tid,)
             ).fetchone()
             got = (row[0], int(row[1]))
-            if known is not None:
-                known.bases[tid] = got
+            known.bases[tid] = got
         base, base_len = got
     return tid

@@ -1,4 +1,4 @@
-"""The portable export format (``schemas/portable-v1.schema.json``): build and validate.
+"""The portable export format (``schemas/portable-v2.schema.json``): build, upgrade, validate.
 
 A document holds one conversation: its final history (the last turn's history
 and reply) with the time each message first appeared, and every turn's record
@@ -6,6 +6,10 @@ and reply) with the time each message first appeared, and every turn's record
 history is ``messages[:history_length]``, or its own ``history`` list in the rare
 case it is not a prefix of the final one. Pure functions; validation is by hand
 (no jsonschema dependency) and names the offending field.
+
+Versions: 1, then 2 added ``source`` (where an imported conversation came from:
+``{"kind", "id"}``, null for one handoff recorded). :func:`upgrade` brings an older
+document to the current version; a newer one is refused with what to do.
 """
 
 from __future__ import annotations
@@ -17,14 +21,19 @@ from typing import Any
 from proxy.store.errors import InvalidDocument
 
 FORMAT = "handoff.portable"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 EXPORTER = "handoff 0.1.0"
+IMPORTED = "import:"
+"""A session's name (hint) that starts so was imported: ``import:<kind>:<id>``."""
 
 
 def build(
-    info: Mapping[str, Any], turns: Sequence[Mapping[str, Any]], now: float
+    info: Mapping[str, Any],
+    turns: Sequence[Mapping[str, Any]],
+    now: float,
+    memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A portable document from a reader's session summary and full turns."""
+    """A portable document from a reader's session summary, full turns and memory."""
     final = _final(turns)
     stamps = _first_seen(turns, len(final))
     system = next((m.get("content") for m in final if m.get("role") == "system"), None)
@@ -36,13 +45,37 @@ def build(
         "conversation_id": info["id"],
         "workspace": info["workspace"],
         "name": info.get("name"),
+        "source": source_of(info.get("name")),
         "title": info.get("title") or "",
         "parent_conversation_id": info.get("parent_session"),
         "models": sorted({t["model"] for t in turns}),
         "system_prompt": system if isinstance(system, str) else None,
         "messages": [{"message": m, "timestamp": s} for m, s in zip(final, stamps, strict=True)],
         "turns": [_turn(t, final) for t in turns],
+        "memory": None if memory is None else {k: memory[k] for k in MEMORY_FIELDS},
     }
+
+
+def source_of(name: Any) -> dict[str, str] | None:
+    """``{"kind", "id"}`` for an imported session's name, else None."""
+    if not isinstance(name, str) or not name.startswith(IMPORTED):
+        return None
+    kind, _, source_id = name.removeprefix(IMPORTED).partition(":")
+    return {"kind": kind, "id": source_id}
+
+
+def upgrade(doc: Any) -> Any:
+    """``doc`` brought to the current version (unchanged if it is not a document of an
+    older version; :func:`validate` says what is wrong with it)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return doc
+    version = doc.get("format_version")
+    if version == 1:
+        doc = {**doc, "format_version": 2, "source": source_of(doc.get("name"))}
+    return doc
+
+
+MEMORY_FIELDS = ("memory", "text", "source", "reason", "turns", "updated_at")
 
 
 def _final(turns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -204,10 +237,12 @@ def validate(doc: Any) -> dict[str, Any]:
     _OBJ(doc, "(document)")
     if doc.get("format") != FORMAT:
         raise InvalidDocument("format", f"expected {FORMAT!r}, got {doc.get('format')!r}")
-    if doc.get("format_version") != FORMAT_VERSION:
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        hint = "; upgrade handoff to read it" if newer else " (older ones: portable.upgrade)"
         raise InvalidDocument(
-            "format_version",
-            f"this handoff reads version {FORMAT_VERSION}, got {doc.get('format_version')!r}",
+            "format_version", f"this handoff reads version {FORMAT_VERSION}, got {version!r}{hint}"
         )
     top = {
         "exporter": _STR,
@@ -222,6 +257,10 @@ def validate(doc: Any) -> dict[str, Any]:
     }
     _fields(doc, top, "", optional=False)
     _fields(doc, {"name": _OSTR, "parent_conversation_id": _OSTR}, "", optional=True)
+    if "source" not in doc:
+        raise InvalidDocument("source", "required field is missing")
+    _source_check(doc["source"])
+    _memory_check(doc.get("memory"))
     for i, m in enumerate(doc["messages"]):
         _OBJ(m, f"messages[{i}]")
         if "message" not in m:
@@ -233,6 +272,24 @@ def validate(doc: Any) -> dict[str, Any]:
     for i, t in enumerate(doc["turns"]):
         _turn_check(doc, t, f"turns[{i}]")
     return dict(doc)
+
+
+def _source_check(source: Any) -> None:
+    if source is None:
+        return
+    _OBJ(source, "source")
+    _fields(source, {"kind": _STR, "id": _STR}, "source", optional=False)
+
+
+def _memory_check(mem: Any) -> None:
+    if mem is None:
+        return
+    _OBJ(mem, "memory")
+    spec = {
+        "memory": _OBJ, "text": _STR, "source": _STR, "reason": _STR,
+        "turns": _INT, "updated_at": _NUM,
+    }  # fmt: skip
+    _fields(mem, spec, "memory", optional=False)
 
 
 def _turn_check(doc: Mapping[str, Any], t: Any, where: str) -> None:

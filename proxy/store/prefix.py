@@ -305,3 +305,8 @@ class PrefixCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def forgetful() -> PrefixCache:
+    """A cache that keeps nothing, so every message is serialised (the slow path)."""
+    return PrefixCache(max_sessions=0, max_bytes=0)

@@ -36,10 +36,18 @@ from typing import IO, Any
 import orjson
 import structlog
 
-from proxy.store.base import StoreHealth, TurnRecord, age_s
-from proxy.store.calibration import load_calibration
+from proxy.store import memories
+from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s
+from proxy.store.calibration import (
+    limits_row,
+    load_calibration,
+    load_limits,
+    load_summary,
+    summary_row,
+)
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
+from proxy.store.read import SqliteReader
 from proxy.store.shipped import ShippedBodies
 from proxy.store.wire import TURN, Job, encode_calibration, encode_turn, frames
 from proxy.store.writer_process import HEAD
@@ -97,13 +105,14 @@ class ProcessStore:
         log_format: str = "console",
     ) -> None:
         self.path = Path(path)
+        self.redact = redact
         self._argv = [
             *writer_command(), "--path", str(path),
             "--flush-interval-s", str(flush_interval_s), "--log-format", log_format,
             *(["--redact"] if redact else []),
             *(["--max-bytes", str(max_bytes)] if max_bytes is not None else []),
         ]  # fmt: skip
-        self._lock = threading.RLock()  # (taken bare by _put: 1,100 instructions, not 2,800)
+        self._lock = threading.RLock()  # (taken bare by _put: cheaper than the condition)
         self._cond = threading.Condition(self._lock)
         self._queue: collections.deque[Job] = collections.deque(maxlen=max_queue)
         self._since: collections.deque[float] = collections.deque(maxlen=max_queue)
@@ -221,6 +230,25 @@ class ProcessStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        self.save_calibration(limits_row(data))
+
+    def load_limits(self) -> dict[str, Any]:
+        return load_limits(self.path)
+
+    def save_summary(self, key: str, text: str) -> None:
+        self.save_calibration(summary_row(key, text))
+
+    def load_summary(self, key: str) -> str | None:
+        return load_summary(self.path, key)
+
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self.path)
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """One short transaction of its own, beside the writer's (``memories``)."""
+        memories.save(self.path, memory, redact=self.redact)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:
@@ -461,9 +489,8 @@ def _held(job: Job) -> int:
 def _channel(sock: socket.socket) -> IO[bytes]:
     """A file over our end of the socket pair that owns (and closes) the socket.
 
-    A socket, not a pipe: moving a 500 KB turn through a pipe cost the reading writer
-    ~0.4 ms of kernel time on this machine, through a Unix socket ~0.09 ms (and the
-    writing proxy about the same either way). The child reads it as its stdin, and
-    sees end of input when we close it or die, as with a pipe.
+    A socket, not a pipe: a large turn costs the reading writer a fraction of the
+    kernel time through a Unix socket (bench/NOTES.md). The child reads it as its
+    stdin, and sees end of input when we close it or die, as with a pipe.
     """
     return os.fdopen(sock.detach(), "wb")  # write(2) works on a socket

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,12 +20,14 @@ from typing import Any
 import orjson
 
 from proxy.store import forwarded as fwd
+from proxy.store import memories
 from proxy.store.canonical import unpack_body
 from proxy.store.db import connect
 from proxy.store.errors import AmbiguousSession, SessionNotFound, TurnNotFound
 from proxy.store.history import Memo, history_ids, load_messages
 from proxy.store.messages import message_text
 from proxy.store.migrations import has_fts
+from proxy.upstream.anthropic_stream import prompt_tokens
 
 _SESSION_COLS = """s.id, s.workspace, s.hint, s.title, s.created_at, s.updated_at,
     s.parent_session, s.parent_turn,
@@ -144,14 +146,14 @@ class SqliteReader:
         esc = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = db.execute(
             "SELECT id FROM sessions WHERE (id LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')"
-            f"{self._scope} LIMIT 5",
+            f"{self._scope} LIMIT 6",
             (esc + "%", "%" + esc, *self._scope_args),
         ).fetchall()
         exact = [r[0] for r in rows if r[0] == ref]
         if exact:
             return str(exact[0])
         if len(rows) > 1:
-            ids = ", ".join(r[0] for r in rows)
+            ids = ", ".join(r[0] for r in rows[:5]) + (", …" if len(rows) > 5 else "")
             raise AmbiguousSession(f"{ref!r} matches several sessions ({ids}); give more of the id")
         if rows:
             return str(rows[0][0])
@@ -170,6 +172,12 @@ class SqliteReader:
         if named:
             raise AmbiguousSession(f"{ref!r} names sessions in several workspaces; use the id")
         raise SessionNotFound(f"no session {ref!r}")
+
+    def session_ids(self) -> list[str]:
+        """Every session's id (in scope), for :func:`proxy.store.short_ids.short_ids`."""
+        with self._db() as db:
+            rows = db.execute(f"SELECT id FROM sessions WHERE 1{self._scope}", self._scope_args)
+            return [str(r[0]) for r in rows]
 
     def list_sessions(
         self,
@@ -239,9 +247,10 @@ class SqliteReader:
             return self._turn(db, sid, n, {})
 
     def turns(
-        self, ref: str, upto: int | None = None
+        self, ref: str, upto: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The session summary and its turns in full (up to turn ``upto``), for export."""
+        """The session summary and its turns in full (up to turn ``upto``), for export;
+        ``progress(done, total)`` after each turn read."""
         with self._db() as db:
             sid = self._resolve(db, ref)
             info = _session_row(
@@ -253,13 +262,18 @@ class SqliteReader:
             if upto is not None and not 1 <= upto <= info["turns"]:
                 raise TurnNotFound(f"session {sid} has turns 1..{info['turns']}, not {upto}")
             memo: Memo = {}
-            return info, [self._turn(db, sid, n, memo) for n in range(1, count + 1)]
+            turns = []
+            for n in range(1, count + 1):
+                turns.append(self._turn(db, sid, n, memo))
+                if progress is not None:
+                    progress(n, count)
+            return info, turns
 
     def _turn(self, db: sqlite3.Connection, sid: str, n: int, memo: Memo) -> dict[str, Any]:
         row = db.execute(
             "SELECT id, seq, started_at, model, upstream, status, latency_ms, streamed, cancelled,"
             " n_messages, decision, forwarded, usage, finish_reason, error, handoff_from,"
-            " reply_msg, params_msg, raw_response, choices FROM turns"
+            " reply_msg, params_msg, raw_response, wire, choices FROM turns"
             " WHERE session_id = ? AND seq = ?",
             (sid, n),
         ).fetchone()
@@ -278,10 +292,11 @@ class SqliteReader:
             None if ops is None else fwd.decode(ops, history, lambda i: orjson.loads(bodies[i]))
         )
         out["forwarded_ops"] = ops
+        out["wire"] = row[19]
         out["reply"] = orjson.loads(bodies[row[16]]) if row[16] is not None else None
         out["request_params"] = orjson.loads(bodies[row[17]]) if row[17] is not None else {}
         out["raw_response"] = None if row[18] is None else bytes(row[18]).decode("utf-8", "replace")
-        out["choices"] = _loads(row[19])  # every choice of an n > 1 request; reply is choice 0
+        out["choices"] = _loads(row[20])  # every choice of an n > 1 request; reply is choice 0
         return out
 
     def diff(self, ref: str, n: int) -> dict[str, Any]:
@@ -306,9 +321,49 @@ class SqliteReader:
             "entries": entries,
         }
 
+    def memory(self, ref: str) -> dict[str, Any] | None:
+        with self._db() as db:
+            return memories.of_session(db, self._resolve(db, ref))
+
+    def memories(self, workspace: str, *, query: str = "", limit: int = 5) -> list[dict[str, Any]]:
+        if self._scope and not self._sees(workspace):
+            return []
+        with self._db() as db:
+            return memories.ranked(db, workspace, search_terms(query), limit)
+
+    def session_of_turn(self, workspace: str, started_at: float) -> str | None:
+        if self._scope and not self._sees(workspace):
+            return None
+        with self._db() as db:
+            return memories.session_of_turn(db, workspace, started_at)
+
+    def recalled(
+        self, workspace: str, opening: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[str]] | None:
+        """The message recall inserted into the first turn of ``workspace``'s conversation
+        that opened with ``opening``, and the sessions it named; None if none did."""
+        if self._scope and not self._sees(workspace):
+            return None
+        with self._db() as db:
+            for sid in memories.recalled_openings(db, workspace, len(opening)):
+                turn = self._turn(db, sid, 1, {})
+                if turn["history"] != opening:
+                    continue
+                for step in (turn["decision"] or {}).get("steps", ()):
+                    if step.get("policy") == "recall" and turn["forwarded"]:
+                        inserted = next((m for m in turn["forwarded"] if m not in opening), None)
+                        if inserted is not None:
+                            return inserted, list(step.get("sessions", ()))
+        return None
+
+    def _sees(self, workspace: str) -> bool:
+        own, sub, end = self._scope_args
+        return workspace == own or sub <= workspace < end
+
     def load_calibration(self) -> dict[str, Any]:
         with self._db() as db:
-            return {k: orjson.loads(v) for k, v in db.execute("SELECT key, value FROM calibration")}
+            rows = db.execute("SELECT key, value FROM calibration WHERE key NOT LIKE 'summary:%'")
+            return {k: orjson.loads(v) for k, v in rows}
 
 
 def _expand(ops: list[fwd.Op]) -> list[bool]:
@@ -317,6 +372,15 @@ def _expand(ops: list[fwd.Op]) -> list[bool]:
     for op in ops:
         out.extend([False] * op[1] if isinstance(op, list) else [True])
     return out
+
+
+def _prompt_tokens(usage: Any) -> int | None:
+    """The prompt's size in a usage: OpenAI's ``prompt_tokens``, else input tokens
+    (Anthropic's with its cache read and creation, Responses' as given)."""
+    if not isinstance(usage, dict):
+        return None
+    named = usage.get("prompt_tokens")
+    return named if isinstance(named, int) else prompt_tokens(usage)
 
 
 def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
@@ -361,7 +425,7 @@ def _timeline_row(r: tuple[Any, ...]) -> dict[str, Any]:
         "dropped": sum(e["op"] == "drop" for e in entries),
         "inserted": sum(e["op"] == "insert" for e in entries),
         "usage": (u := _loads(usage)),
-        "prompt_tokens": u.get("prompt_tokens") if isinstance(u, dict) else None,
+        "prompt_tokens": _prompt_tokens(u),
         "finish_reason": finish,
         "error": _loads(error),
         "handoff": {"from": handoff_from, "to": model} if handoff_from else None,

@@ -47,6 +47,7 @@ def delete_sessions(db: sqlite3.Connection, session_ids: Sequence[str]) -> int:
     db.execute(f"DELETE FROM turns WHERE session_id IN ({marks})", ids)
     db.execute(f"DELETE FROM session_messages WHERE session_id IN ({marks})", ids)
     db.execute(f"DELETE FROM sessions WHERE id IN ({marks})", ids)
+    db.execute(f"DELETE FROM memories WHERE session_id IN ({marks})", ids)
     collect_garbage(db)
     return len(doomed)
 

@@ -1,7 +1,7 @@
 """A Bloom filter of every stored turn's chain hashes, so a new history costs no query.
 
 Most requests start a conversation or add to one, and then no stored turn has
-their full history's chain hash: asking SQLite so cost the writer ~60 µs a turn.
+their full history's chain hash, and asking SQLite so was a large share of a turn.
 A chain hash is a sha256, so its bytes already are uniform: two 32-bit slices
 pick the filter's bits, with no hashing of our own.
 
@@ -9,8 +9,8 @@ The filter answers "maybe stored" for every hash it was given, so a hash it
 says is absent is in no turn. Extra entries only cost a query, so rows deleted
 (retention) or rolled back leave it correct; only rows another connection
 *added* (an import) make it wrong, and the writer then :meth:`SeenHashes.reset`\\ s
-it and it reloads from the database on next use. 2^25 bits (4 MiB) keep false
-positives below one in a thousand up to a million turns.
+it and it reloads from the database on next use. 2^25 bits keep false positives
+below one in a thousand up to a million turns.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ _LOAD = """SELECT history_hash FROM turns
 class SeenHashes:
     """The chain hashes of stored turns (a superset), loaded lazily from the database."""
 
-    def __init__(self, bits_log2: int = 25) -> None:
+    def __init__(self, bits_log2: int = 25, *, enabled: bool = True) -> None:
+        """``enabled=False``: never loads, so it rules nothing out (a forgetful writer's)."""
+        self._enabled = enabled
         self._mask = (1 << bits_log2) - 1
         self._bits_log2 = bits_log2
         self._bits: bytearray | None = None
@@ -39,7 +41,7 @@ class SeenHashes:
 
     def load(self, db: sqlite3.Connection) -> None:
         """Add every stored turn's history and extended-history hash (once after a reset)."""
-        if self._bits is not None:
+        if self._bits is not None or not self._enabled:
             return
         self._bits = bytearray(1 << (self._bits_log2 - 3))
         for (h,) in db.execute(_LOAD):

@@ -1,7 +1,7 @@
 """What the writer process holds of recent bodies, mirrored on the proxy's side.
 
 A client resends its whole history every turn, so shipping each body to the writer
-process whole moved ~500 KB a turn at 500 turns through the kernel, and the writer
+process whole moved the whole history through the kernel every turn, and the writer
 then rebuilt and re-parsed each body. The proxy's parse already found what a body
 resends (:class:`~proxy.ingress.incremental_parse.Resends`): an earlier body's first ``n`` messages,
 then the bytes orjson parsed (the body with those messages cut out). When that

@@ -37,9 +37,16 @@ from typing import Any
 import orjson
 import structlog
 
-from proxy.store import retention
-from proxy.store.base import StoreHealth, TurnRecord, age_s, settled
-from proxy.store.calibration import load_calibration, save_calibration
+from proxy.store import memories, retention
+from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s, settled
+from proxy.store.calibration import (
+    limits_row,
+    load_calibration,
+    load_limits,
+    load_summary,
+    save_calibration,
+    summary_row,
+)
 from proxy.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 from proxy.store.db import connect
 from proxy.store.indexer import index_pending
@@ -48,6 +55,7 @@ from proxy.store.lock import WriterLock, claim
 from proxy.store.pacing import Pacer, release_gil
 from proxy.store.prefix import PrefixCache
 from proxy.store.progress import advance, begin
+from proxy.store.read import SqliteReader
 from proxy.store.write import write_turn
 
 log = structlog.get_logger("handoff.store")
@@ -61,8 +69,8 @@ class _Calibration:
 _Job = TurnRecord | _Calibration
 
 _YIELD_S = 0.0005
-"""Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs ~12 µs of
-CPU (the timer slack) and every SQLite statement releases the GIL: yield by the clock."""
+"""Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs CPU (the
+timer slack) and every SQLite statement releases the GIL: yield by the clock."""
 
 
 @dataclass(slots=True)
@@ -184,7 +192,7 @@ class SqliteStore:
 
     def backlog(self) -> int:
         """Turns queued or being written: ``health().queue_depth`` without the lock and
-        the report (the writer process asks at every pause, ~5% of its CPU that way)."""
+        the report (the writer process asks at every pause)."""
         s = self._state
         return len(s.queue) + s.busy
 
@@ -246,6 +254,25 @@ class SqliteStore:
 
     def load_calibration(self) -> dict[str, Any]:
         return load_calibration(self.path)
+
+    def save_limits(self, data: Mapping[str, Any]) -> None:
+        self.save_calibration(limits_row(data))
+
+    def load_limits(self) -> dict[str, Any]:
+        return load_limits(self.path)
+
+    def save_summary(self, key: str, text: str) -> None:
+        self.save_calibration(summary_row(key, text))
+
+    def load_summary(self, key: str) -> str | None:
+        return load_summary(self.path, key)
+
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self.path)
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """One short transaction of its own, beside the writer's (``memories``)."""
+        memories.save(self.path, memory, redact=self.redact)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:

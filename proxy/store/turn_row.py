@@ -47,7 +47,7 @@ def store_parts(
     hashed: Hashed,
     clean: Clean,
     base_len: int,
-    known: Known | None,
+    known: Known,
 ) -> Parts:
     """Store the turn's new history, reply, forwarded messages and params, in that order.
 
@@ -77,7 +77,7 @@ def store_parts(
 
 
 def _forwarded(
-    db: sqlite3.Connection, turn: TurnRecord, hashed: Hashed, clean: Clean, known: Known | None
+    db: sqlite3.Connection, turn: TurnRecord, hashed: Hashed, clean: Clean, known: Known
 ) -> str | None:
     """The forwarded list as ops over the history, storing the messages policies wrote.
 
@@ -118,8 +118,8 @@ def _decision(d: Decision | None) -> str | None:
 _INSERT_TURN = """INSERT INTO turns (session_id, seq, workspace, started_at, model, upstream,
     status, latency_ms, streamed, cancelled, base_turn, base_len, tail, n_messages,
     history_hash, ext_hash, reply_msg, params_msg, forwarded, decision, usage, finish_reason,
-    error, raw_response, handoff_from, choices)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    error, raw_response, handoff_from, wire, choices)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 def insert_turn(
@@ -164,6 +164,7 @@ def insert_turn(
             _json(clean(turn.error)),
             raw,
             prev if prev and prev != turn.model else None,
+            turn.wire,
             _json(clean(turn.choices)) if turn.choices else None,
         ),
     ).lastrowid

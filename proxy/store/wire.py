@@ -57,14 +57,14 @@ _FIELDS = (
     "cancelled",
 )  # fmt: skip
 """The record's small fields, in the order a frame's meta lists them. A list, and the
-decision a list in it, because the proxy encodes one every turn: 9,600 instructions
-against 24,700 as objects (callgrind, a 1 KB turn)."""
+decision a list in it, because the proxy encodes one every turn and orjson writes a
+list far faster than objects."""
 
 
 def encode_turn(turn: TurnRecord) -> Job:
     """The turn as a job. Its meta is the :data:`_FIELDS`, then whether the last part is
-    a non-streamed answer (not SSE bytes), then, only for a turn without its request
-    body, the messages and request parameters."""
+    a non-streamed answer (not SSE bytes), the wire format, then, only for a turn
+    without its request body, the messages and request parameters."""
     if turn.answer is not None and turn.raw_response is not None:
         turn = settled(turn)  # (cannot be: an answer is a stream's or not; be safe anyway)
     body = turn.raw_request or b""
@@ -73,7 +73,7 @@ def encode_turn(turn: TurnRecord) -> Job:
         turn.latency_ms, turn.streamed, turn.session_hint,
         turn.decision and turn.decision.as_list(), turn.forwarded,
         turn.reply, turn.usage, turn.finish_reason, turn.error, turn.cancelled,
-        turn.answer is not None, turn.session_id, turn.choices,
+        turn.answer is not None, turn.wire, turn.session_id, turn.choices,
     ]  # fmt: skip
     if not body:
         meta += (turn.messages, turn.request_params)
@@ -190,10 +190,9 @@ def _turn(
     raw: bytes,
     extends: tuple[list[Any], int] | None,
 ) -> TurnRecord:
-    """The record, built by position (as ``chat`` builds it: 21 keywords cost three times
-    the instructions)."""
+    """The record, built by position (as ``exchange`` builds it: keywords cost more)."""
     (workspace, started_at, model, upstream, status, latency_ms, streamed, hint, decision,
-     forwarded, reply, usage, finish_reason, error, cancelled, answer, announced,
+     forwarded, reply, usage, finish_reason, error, cancelled, answer, wire, announced,
      choices, *extra) = values  # fmt: skip
     if parsed is not None:
         messages, params = parsed["messages"], request_params(parsed)
@@ -209,5 +208,6 @@ def _turn(
     return TurnRecord(
         workspace, started_at, model, upstream, messages, status, latency_ms, streamed,
         hint, decision, forwarded, reply, usage, finish_reason, error, cancelled,
-        raw_response, params, extends=extends, session_id=announced, choices=choices,
+        raw_response, params, extends=extends, wire=wire, session_id=announced,
+        choices=choices,
     )  # fmt: skip

@@ -17,12 +17,13 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.store import prefix
 from proxy.store.base import TurnRecord
 from proxy.store.history import extended_ids
 from proxy.store.known import Known, Match
 from proxy.store.messages import message_text, put_message, squeeze
 from proxy.store.placement import Place, base_turn, find_match, place_turn
-from proxy.store.prefix import Clean, Hashed, PrefixCache, hash_all
+from proxy.store.prefix import Clean, Hashed, PrefixCache
 from proxy.store.redact import masked_id, masked_name, redact_json
 from proxy.store.titles import title_of
 from proxy.store.turn_row import EMPTY_HISTORY, Parts, insert_turn, store_parts
@@ -50,17 +51,16 @@ def write_turn(
 
     ``into`` forces the session (imports); otherwise the threading rules decide.
     ``cache`` (the writer's) spares serialising the messages it remembers;
-    ``known`` spares the queries whose answers the writer remembers.
+    ``known`` spares the queries whose answers the writer remembers. Without them
+    every message is serialised and every answer asked of the database.
     """
+    prefixes = prefix.forgetful() if cache is None else cache
+    known = Known.forgetful() if known is None else known
     clean: Clean = redact_json if redact else _identity
     if redact:
         turn = _masked_names(turn)
     messages = turn.messages
-    hashed = (
-        cache.hash(turn.workspace, messages, clean, turn.extends)
-        if cache
-        else hash_all(messages, clean)
-    )
+    hashed = prefixes.hash(turn.workspace, messages, clean, turn.extends)
     place = place_turn(db, turn, hashed.hashes, into, known)
     m = place.match
     if m is not None and not m.via_history and m.length > 0:
@@ -82,10 +82,9 @@ def write_turn(
             (turn.session_id, place.session_id),
         )
     _list_messages(db, place, base, hashed, parts, known)
-    if known is not None:
-        _remember(known, turn, place, tid, base, parts)
-    if cache is not None and messages:
-        cache.remember(place.session_id, turn.workspace, messages, hashed, turn.reply, clean)
+    _remember(known, turn, place, tid, base, parts)
+    if messages:
+        prefixes.remember(place.session_id, turn.workspace, messages, hashed, turn.reply, clean)
     return tid
 
 
@@ -115,17 +114,16 @@ def _masked_names(turn: TurnRecord) -> TurnRecord:
 
 
 def _title(
-    messages: Sequence[Mapping[str, Any]], digests: list[bytes], clean: Clean, known: Known | None
+    messages: Sequence[Mapping[str, Any]], digests: list[bytes], clean: Clean, known: Known
 ) -> str:
     """The first thing the person wrote (:mod:`proxy.store.titles`), remembered by the first
     user message's digest, as a regenerate or an edit starts a session with it again."""
     for i, m in enumerate(messages):
         if m.get("role") == "user":
-            title = known.titles.get(digests[i]) if known is not None else None
+            title = known.titles.get(digests[i])
             if title is None:
                 title = title_of(clean(m))
-                if known is not None:
-                    known.titles[digests[i]] = title
+                known.titles[digests[i]] = title
             if title:
                 return title
     return ""
@@ -160,13 +158,12 @@ def _link_session(
 
 
 def _shared_ids(
-    db: sqlite3.Connection, hashed: Hashed, base: int, n: int, known: Known | None
+    db: sqlite3.Connection, hashed: Hashed, base: int, n: int, known: Known
 ) -> list[int]:
     """The ids of the first ``n`` messages, which a fork shares with turn ``base``."""
-    if known is not None:
-        ids = [known.message_ids.get(d) for d in hashed.digests[:n]]
-        if None not in ids:
-            return ids  # type: ignore[return-value]
+    ids = [known.message_ids.get(d) for d in hashed.digests[:n]]
+    if None not in ids:
+        return ids  # type: ignore[return-value]
     return extended_ids(db, base)[:n]
 
 
@@ -176,7 +173,7 @@ def _list_messages(
     base: int | None,
     hashed: Hashed,
     parts: Parts,
-    known: Known | None,
+    known: Known,
 ) -> None:
     """List the turn's new messages under its session (a fork's shared ones too), for search."""
     sid, match = place.session_id, place.match

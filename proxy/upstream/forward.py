@@ -1,7 +1,9 @@
 """Talking to an upstream and relaying its answer, bytes as they are.
 
 ``send`` opens the upstream request and maps connection failures and timeouts to
-:class:`UpstreamUnreachable` / :class:`UpstreamTimeout`. A JSON answer up to
+:class:`UpstreamUnreachable` / :class:`UpstreamTimeout`; a request that fails on a
+kept-alive connection before any byte of an answer (the server had closed it, as
+llama.cpp does after a refused stream) is sent once more on another connection. A JSON answer up to
 ``server.max_answer_bytes`` is read whole (so the caller may inspect and keep it,
 e.g. for a context-length retry); a larger one, and an SSE answer, is relayed chunk
 by chunk as it arrives, never re-serialised.
@@ -16,11 +18,13 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
+import structlog
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.errors import UpstreamTimeout, UpstreamUnreachable, error_body
+from proxy.upstream import kept_alive
 from proxy.upstream.routing import HOP_BY_HOP, Upstream
 
 # Response headers the proxy sets itself (the body may have been decompressed), and the
@@ -29,6 +33,9 @@ _DROP_RESPONSE = HOP_BY_HOP | {
     *("content-length", "content-encoding", "server", "date"),
     *("access-control-allow-origin", "access-control-allow-credentials"),
 }
+
+
+log = structlog.get_logger("handoff.forward")
 
 
 async def send(
@@ -47,15 +54,16 @@ async def send(
     through each frame of the chain, so a shallower one is cheaper per request."""
     assert up.session is not None, "upstream session not started"
     try:
-        return await up.session.request(
-            method,
-            url,  # from up.url(): checked, and sent as built
-            headers=headers,
-            data=body,
-            timeout=timeout,
-            allow_redirects=False,
-            ssl=up.ssl_context(),
-        )
+        kept_alive.forget()
+        try:
+            return await _request(up, method, url, headers, body, timeout)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            if not kept_alive.reused() or isinstance(e, aiohttp.ClientConnectorError):
+                raise
+            # The server closed a kept-alive connection it had answered on before: it
+            # never read this request. Once more, on another (aiohttp dropped this one).
+            log.info("upstream_connection_stale", upstream=up.name, error=type(e).__name__)
+            return await _request(up, method, url, headers, body, timeout)
     except TimeoutError:
         raise UpstreamTimeout(
             f"Upstream {up.name!r} did not answer in time (timeouts.connect_s / "
@@ -77,6 +85,26 @@ async def send(
         ) from None
     except aiohttp.ClientError as e:
         raise UpstreamUnreachable(f"Upstream {up.name!r} failed: {type(e).__name__}: {e}") from None
+
+
+async def _request(
+    up: Upstream,
+    method: str,
+    url: URL,
+    headers: CIMultiDict[str],
+    body: bytes | None,
+    timeout: aiohttp.ClientTimeout,
+) -> aiohttp.ClientResponse:
+    assert up.session is not None
+    return await up.session.request(
+        method,
+        url,  # from up.url(): checked, and sent as built
+        headers=headers,
+        data=body,
+        timeout=timeout,
+        allow_redirects=False,
+        ssl=up.ssl_context(),
+    )
 
 
 def is_sse(resp: aiohttp.ClientResponse) -> bool:
@@ -107,6 +135,22 @@ async def read_bounded(
             f"Upstream {up.name!r} broke off its answer: {type(e).__name__}."
         ) from None
     return b"".join(parts), True
+
+
+async def first_chunk(up: Upstream, resp: aiohttp.ClientResponse) -> bytes:
+    """The stream's first bytes, read before the client's response starts; b"" when the
+    upstream ended it with no event at all (llama.cpp's answer to an overflowing stream:
+    a failed attempt, which must not be relayed as an empty success)."""
+    try:
+        return await resp.content.readany()
+    except TimeoutError:
+        raise UpstreamTimeout(
+            f"Upstream {up.name!r} sent no event in time (timeouts.read_s)."
+        ) from None
+    except aiohttp.ClientError as e:
+        raise UpstreamUnreachable(
+            f"Upstream {up.name!r} broke off its stream before any event: {type(e).__name__}."
+        ) from None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -144,15 +188,19 @@ async def relay_stream(
     extra_headers: Mapping[str, str],
     tee: Callable[[bytes], None],
     outcome: StreamOutcome,
+    head: bytes = b"",
     finished: Callable[[], bool] = _never,
 ) -> web.StreamResponse:
-    """Relay an SSE body chunk by chunk. A client that goes away cancels this task
-    (handler cancellation); the caller then closes the upstream response. ``finished``
-    says whether the events teed so far include the stream's final one."""
+    """Relay an SSE body chunk by chunk, ``head`` (:func:`first_chunk`) first. A client
+    that goes away cancels this task (handler cancellation); the caller then closes
+    the upstream response. ``finished`` says whether the events teed so far include the
+    stream's final one."""
     out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
     out.headers["X-Accel-Buffering"] = "no"
     out.headers.setdefault("Cache-Control", "no-cache")
-    return await _relay(request, up, resp, out, b"", tee, outcome, finished)
+    if head:
+        tee(head)
+    return await _relay(request, up, resp, out, head, tee, outcome, finished)
 
 
 async def relay_rest(
@@ -190,6 +238,7 @@ async def _relay(
         if head:
             await out.write(head)
             outcome.bytes_out += len(head)
+            outcome.complete = finished()
         async for chunk in resp.content.iter_any():
             tee(chunk)
             await out.write(chunk)

@@ -61,6 +61,9 @@ class Upstream:
     api_key: str | None = field(default=None, repr=False)
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     ca_bundle: str | None = None
+    kind: str = "any"
+    """``openai``, ``anthropic``, or ``any`` (the ``--upstream`` catch-all): which wire
+    formats' requests it is routed."""
     session: aiohttp.ClientSession | None = field(default=None, repr=False)
     _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
     _base: URL = field(init=False, repr=False)  # base_url's scheme, authority and path
@@ -115,7 +118,10 @@ class Upstream:
         out = CIMultiDict([(k, v) for k, v in incoming.items() if _forwardable(k)])
         for k, v in self.headers.items():
             out[k] = v
-        if self.api_key is not None:
+        if self.api_key is not None and self.kind == "anthropic":
+            out["x-api-key"] = self.api_key
+            out.popall("Authorization", None)
+        elif self.api_key is not None:
             out["Authorization"] = f"Bearer {self.api_key}"
             out.popall("api-key", None)
         out["Accept-Encoding"] = "identity"
@@ -157,6 +163,7 @@ def _from_settings(u: UpstreamSettings) -> Upstream:
         api_key=key,
         headers=dict(u.headers),
         ca_bundle=u.ca_bundle,
+        kind=u.kind,
     )
     try:
         up.ssl_context()  # load the CA bundle now: a bad one fails at start-up, by name
@@ -170,33 +177,40 @@ def _from_settings(u: UpstreamSettings) -> Upstream:
 class Router:
     def __init__(self, upstreams: Sequence[Upstream]):
         self.upstreams = list(upstreams)
-        self._by_model: dict[str, Upstream] = {}  # glob matching, once per model name
+        self._by_model: dict[tuple[str, str], Upstream] = {}  # glob matching, once per model
 
-    def route(self, model: str | None) -> Upstream:
+    def route(self, model: str | None, kind: str = "openai") -> Upstream:
+        """The first upstream of ``kind`` (or ``any``) whose models match ``model``."""
         if model is not None:
-            hit = self._by_model.get(model)
+            hit = self._by_model.get((model, kind))
             if hit is not None:
                 return hit
             for up in self.upstreams:
-                if up.matches(model):
+                if up.kind in (kind, "any") and up.matches(model):
                     if len(self._by_model) < 10_000:
-                        self._by_model[model] = up
+                        self._by_model[model, kind] = up
                     return up
         elif self.upstreams:
-            return self.default()
-        names = ", ".join(f"{u.name} ({', '.join(u.patterns)})" for u in self.upstreams)
+            return self.default(kind)
+        names = ", ".join(
+            f"{u.name} ({', '.join(u.patterns)})" for u in self.upstreams if u.kind in (kind, "any")
+        )
+        among = ' of kind = "anthropic"' if kind == "anthropic" else ""
         raise NoRoute(
-            f"No upstream is configured for model {model!r}. Configured: {names or 'none'}. "
-            "Add an [[upstreams]] entry whose models match it, or start with --upstream URL.",
+            f"No upstream is configured for model {model!r}{among}. Configured: "
+            f"{names or 'none'}. Add an [[upstreams]] entry{among} whose models match it, "
+            "or start with --upstream URL.",
             param="model",
         )
 
-    def default(self) -> Upstream:
-        """For requests that name no model (GET /v1/models…): the catch-all, else the first."""
-        for up in self.upstreams:
+    def default(self, kind: str = "openai") -> Upstream:
+        """For requests that name no model (GET /v1/models…): the catch-all, else the
+        first (of ``kind`` when there is one)."""
+        fit = [u for u in self.upstreams if u.kind in (kind, "any")] or self.upstreams
+        for up in fit:
             if "*" in up.patterns:
                 return up
-        return self.upstreams[0]
+        return fit[0]
 
     def by_name(self, name: str) -> Upstream | None:
         return next((u for u in self.upstreams if u.name == name), None)

@@ -29,20 +29,17 @@ class ReplyAssembler:
         self.events = 0
         self.others: dict[int, ReplyAssembler] = {}  # choices past the first (``n`` > 1)
 
+    @property
+    def complete(self) -> bool:
+        """Whether the stream's end (``[DONE]``) has arrived."""
+        return self.done
+
     def feed(self, data: bytes) -> None:
-        self._buf += data
-        while True:
-            cut = _event_end(self._buf)
-            if cut is None:
-                return
-            event, self._buf = self._buf[: cut[0]], self._buf[cut[1] :]
+        events, self._buf = event_data(self._buf + data)
+        for event in events:
             self._event(event)
 
-    def _event(self, event: bytes) -> None:
-        lines = [ln[5:].lstrip(b" ") for ln in event.splitlines() if ln.startswith(b"data:")]
-        if not lines:
-            return
-        data = b"\n".join(lines)
+    def _event(self, data: bytes) -> None:
         if data.strip() == b"[DONE]":
             self.done = True
             return
@@ -143,7 +140,19 @@ def choices_of(body: bytes) -> list[dict[str, Any]] | None:
     return [c for c in choices if isinstance(c, dict)]
 
 
-def _event_end(buf: bytes) -> tuple[int, int] | None:
+def event_data(buf: bytes) -> tuple[list[bytes], bytes]:
+    """The data of each complete event in ``buf`` (its ``data:`` lines joined; events
+    without any left out), and what follows the last complete one."""
+    out: list[bytes] = []
+    while (cut := event_end(buf)) is not None:
+        event, buf = buf[: cut[0]], buf[cut[1] :]
+        lines = [ln[5:].lstrip(b" ") for ln in event.splitlines() if ln.startswith(b"data:")]
+        if lines:
+            out.append(b"\n".join(lines))
+    return out, buf
+
+
+def event_end(buf: bytes) -> tuple[int, int] | None:
     """Where the first complete event ends: (end of event, start of the next)."""
     best: tuple[int, int] | None = None
     for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):

@@ -162,7 +162,8 @@ def test_quick_run_writes_well_formed_results(tmp_path: Path) -> None:
     assert {"cpu", "cores", "python", "aiohttp"} <= set(data["machine"])
     whats = [row["what"] for row in data["rows"]]
     assert all(set(row) >= ROW_KEYS for row in data["rows"])
-    for needle in ("CPU per request, 1KB", "CPU per request, 32KB", "concurrency 1, p50",
+    for needle in ("CPU per request, 1KB", "CPU per request, 32KB", "1KB Messages body",
+                   "concurrency 1, p50",
                    "concurrency 16", "concurrency 64", "time to first chunk",
                    "snapshots on", "500-turn conversation", "peak RSS"):  # fmt: skip
         assert any(needle in w for w in whats), needle

@@ -4,6 +4,7 @@ compressed one, and the store's timeline shows the handoffs; plus the simulated 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import aiohttp
@@ -78,3 +79,33 @@ async def test_simulated_upstream_enforces_windows(aiohttp_server: AiohttpServer
         async with s.get(str(server.make_url("/v1/models"))) as r:
             windows = {m["id"]: m["context_window"] for m in (await r.json())["data"]}
         assert windows == {"sim-large-1m": 1_000_000, "sim-small-8k": 8192}
+
+
+def test_demo_twice_into_one_store_keeps_both_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A second run adds a 6-turn session of its own: the first is kept whole, and no
+    turn of the second becomes a 1-turn fork of the first's."""
+    db = tmp_path / "demo.db"
+    assert main(["--store", str(db), "demo"]) == 0
+    (first,) = SqliteReader(db).list_sessions()
+    assert main(["demo", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    sessions = SqliteReader(db).list_sessions()
+    assert len(sessions) == 2 and db.exists()
+    assert [(s["turns"], s["handoffs"], s["parent_session"]) for s in sessions] == [
+        (6, 2, None),
+        (6, 2, None),
+    ]
+    assert sessions[1] == first  # (latest first: the first run's session, untouched)
+    assert f"sessions show {sessions[0]['id']}" in out
+
+
+def test_make_demo_passes_args() -> None:
+    """``make demo ARGS="--store X"`` runs the demo with those arguments."""
+    root = Path(__file__).resolve().parents[2]
+    made = subprocess.run(
+        ["make", "-n", "demo", "ARGS=--store /tmp/x.db"],
+        cwd=root, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "handoff demo --store /tmp/x.db" in made.stdout

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import models as models_cli
+from proxy.decide.decision import Decision
 from proxy.decide.tokens import Calibration
+from proxy.store.calibration import save_calibration
+from proxy.store.db import connect
+from tests.store.test_fixtures import turn, write
 
 
 def run(argv: list[str], config: Path, calibration: Calibration | None = None) -> int:
@@ -39,7 +43,7 @@ def test_list_json_has_builtin_and_config(config: Path, capsys: pytest.CaptureFi
     assert rows["llama3*"] == {
         "model": "llama3*",
         "context_window": 8192,
-        "max_output_tokens": 8192,
+        "max_output_tokens": 2048,  # only a window configured: a quarter of it
         "tokenizer": "cl100k_base",
         "source": "config",
     }
@@ -86,3 +90,50 @@ def test_unknown_model_exit_1(config: Path, capsys: pytest.CaptureFixture[str]) 
     assert run(["models", "mystery-model"], config) == 1
     out = capsys.readouterr().out
     assert "unknown model" in out and '[models."mystery-model"]' in out
+
+
+def test_store_gives_calibration_and_learned_limits(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--store PATH: the calibration saved there, the limit an upstream named when it
+    refused a prompt, and the windows turns were planned with."""
+    store = tmp_path / "s.db"
+    refused = {"message": "This model's maximum context length is 8,192 tokens.",
+               "code": "context_length_exceeded"}  # fmt: skip
+    write(
+        store,
+        [
+            turn(
+                [{"role": "user", "content": "a"}],
+                None,
+                model="llama3-8b",
+                status=400,
+                error=refused,
+            ),
+            turn(
+                [{"role": "user", "content": "b"}],
+                {"role": "assistant", "content": "c"},
+                model="llama3-8b",
+                decision=Decision(action="compressed", window=8192),
+            ),
+        ],
+    )
+    db = connect(store)
+    save_calibration(db, {"version": 1, "models": {"llama3-8b": {"factor": 1.25, "samples": 4}}})
+    db.close()
+    assert run(["models", "llama3-8b", "--store", str(store)], config) == 0
+    out = capsys.readouterr().out
+    assert "calibration: x1.250 from 4 upstream replies" in out
+    assert "refused 1 prompt(s) as too long (limit 8,192)" in out
+    assert "windows planned with: 8,192 (1 turns)" in out
+    assert run(["models", "llama3-8b", "--json", "--store", str(store)], config) == 0
+    learned = json.loads(capsys.readouterr().out)["learned"]
+    assert learned["overflows"][0]["limit"] == 8192
+
+
+def test_missing_store_is_an_error(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--store naming no file says so and exits 1."""
+    assert run(["models", "gpt-4o", "--store", str(tmp_path / "no.db")], config) == 1
+    assert "error: no store at" in capsys.readouterr().err

@@ -95,7 +95,7 @@ def test_plan_pinned_too_large_is_rejected(
     src.write_text(json.dumps([system, {"role": "user", "content": "hi"}]))
     assert main(["--config", str(_config(tmp_path)), "plan", str(src), "--model", "tiny-4k"]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("rejected (400)") and "cannot fit tiny-4k" in out
+    assert out.startswith("rejected (400)") and "cannot fit this conversation to tiny-4k" in out
 
 
 def test_plan_prints_config_hints_as_text_and_no_none(
@@ -111,3 +111,15 @@ def test_plan_prints_config_hints_as_text_and_no_none(
     out = capsys.readouterr().out
     assert '[models."my-local-llama"] context_window' in out.replace("\n", " ")
     assert "None" not in out and "—" in out
+
+
+def test_plan_always_counts_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A small request the byte bound alone would pass: the dry run still counts it, so
+    ``tokens`` is a number (never None beside ``exact: true``)."""
+    src = tmp_path / "small.json"
+    src.write_text(json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}))
+    assert main(["plan", str(src), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "passthrough" and out["exact"] is True
+    assert isinstance(out["tokens"], int) and 0 < out["tokens"] < 20
+    assert out["forwarded_tokens"] == out["tokens"]

@@ -108,3 +108,20 @@ def test_transcript_is_compact() -> None:
     assert "[tool result c1]" in text and "characters omitted" in text
     assert "[assistant]\nFixed." in text
     assert orjson.dumps(CONV)  # input untouched and serialisable
+
+
+def test_pieces_fit_the_summarizer_window() -> None:
+    """A dropped part larger than one call is split at message boundaries into pieces
+    that each fit; a single message over a call is cut in its middle."""
+
+    def count(text: str) -> int:
+        return len(text) // 4 + 1
+
+    s = Summarizer(None, "http://x/v1", {}, "m", 1.0, 256, input_tokens=2048, count=count)  # type: ignore[arg-type]
+    messages = [{"role": "user", "content": "word " * 600} for _ in range(10)]
+    messages.append({"role": "tool", "tool_call_id": "c", "content": "x" * 40_000})
+    pieces = s.pieces(messages, None)
+    assert len(pieces) > 2
+    room = 2048 - count(SYSTEM_PROMPT) - 64 - 256
+    assert all(count(p) <= room + 50 for p in pieces)
+    assert sum(p.count("[user]") for p in pieces) == 10

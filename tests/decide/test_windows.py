@@ -10,6 +10,11 @@ from aiohttp import web
 
 from proxy.config import ModelOverride
 from proxy.decide.windows import WindowRegistry, fetch_model_windows, parse_models_listing
+from proxy.decide.windows.local_servers import (
+    OLLAMA_DEFAULT_NUM_CTX,
+    fetch_server_windows,
+    ollama_window,
+)
 from proxy.decide.windows.matching import candidates
 from tests.fake_upstream import FakeUpstream
 
@@ -128,10 +133,11 @@ def test_discovered_beats_builtin_config_beats_discovered() -> None:
     a = reg.lookup("llama3.1:8b")
     assert a is not None
     assert (a.context_window, a.source) == (16_384, "discovered:local")
-    assert a.max_output_tokens == 131_072  # still the built-in's
+    # The built-in 131,072 is no figure for a 16k window: a quarter of it instead.
+    assert a.max_output_tokens == 4096
     assert reg.lookup("big").context_window == 1000  # type: ignore[union-attr]
     m = reg.lookup("mystery")
-    assert m is not None and (m.context_window, m.max_output_tokens) == (4096, 4096)
+    assert m is not None and (m.context_window, m.max_output_tokens) == (4096, 1024)  # a quarter
     assert "beats the built-in" in reg.explain("llama3.1:8b")
 
 
@@ -209,3 +215,66 @@ async def test_fetch_never_raises(aiohttp_server: Any) -> None:
         assert await fetch_model_windows(session, base + "/a", {}, 2.0) == {}
         assert await fetch_model_windows(session, base + "/b", {}, 2.0) == {}
         assert await fetch_model_windows(session, "http://127.0.0.1:9/v1", {}, 2.0) == {}
+
+
+def test_a_learned_limit_beats_the_window_it_refused_until_a_larger_one_appears() -> None:
+    """An upstream that refused a configured 32k window naming 8192: 8192 is used (and
+    snapshots round-trip); a config raised past 32k later wins again."""
+    reg = WindowRegistry({"m": ModelOverride(context_window=32_768)})
+    assert reg.learn_limit("m", "u", 8192) is True
+    assert reg.learn_limit("m", "u", 9000) is False  # not news: larger than what is known
+    info = reg.lookup("m", "u")
+    assert info is not None and (info.context_window, info.source) == (8192, "learned:u")
+    assert info.max_output_tokens == 2048  # a quarter: the config names no output
+    assert (
+        reg.lookup("m", "other") is not None and reg.lookup("m", "other").context_window == 32_768
+    )  # type: ignore[union-attr]
+    later = WindowRegistry({"m": ModelOverride(context_window=65_536)})
+    assert later.limits.load(reg.limits.snapshot()) == 1
+    assert later.lookup("m", "u").context_window == 65_536  # type: ignore[union-attr]
+    same = WindowRegistry({"m": ModelOverride(context_window=32_768)})
+    same.limits.load(reg.limits.snapshot())
+    assert same.lookup("m", "u").context_window == 8192  # type: ignore[union-attr]
+    unknown = WindowRegistry()
+    assert unknown.lookup("local", "u") is None
+    assert unknown.learn_limit("local", "u", 2048)
+    assert unknown.lookup("local", "u").context_window == 2048  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("llamacpp", "llama.cpp"), ("ollama", "ollama"), ("lmstudio", "lmstudio")],
+)
+async def test_local_servers_report_the_window_they_run_with(
+    aiohttp_server: Any, kind: Any, expected: str
+) -> None:
+    """llama.cpp's /props n_ctx, Ollama's /api/show num_ctx (not its 131,072 trained
+    length), LM Studio's loaded_context_length (not its max): the window a prompt must fit."""
+    fake = FakeUpstream(models={"local-a": 3072}, local_server=kind)
+    server = await aiohttp_server(fake.app(), host="127.0.0.1")
+    async with aiohttp.ClientSession() as session:
+        windows, got = await fetch_server_windows(
+            session, str(server.make_url("/v1")), {}, 5.0, ["local-a"]
+        )
+    assert got == expected
+    assert windows["local-a"] == 3072
+    if kind == "llamacpp":  # also by the model file's name
+        assert windows["local-a.gguf"] == 3072
+
+
+async def test_a_server_that_is_none_of_them_reports_nothing(aiohttp_server: Any) -> None:
+    """An OpenAI-like upstream: each probe is a 404, and nothing is learned."""
+    server = await aiohttp_server(FakeUpstream().app(), host="127.0.0.1")
+    async with aiohttp.ClientSession() as session:
+        assert await fetch_server_windows(
+            session, str(server.make_url("/v1")), {}, 5.0, ["gpt-4o"]
+        ) == ({}, None)
+
+
+def test_ollama_window_without_num_ctx_is_capped_by_its_default() -> None:
+    """No num_ctx in the Modelfile: Ollama runs the model at its default, not 131,072."""
+    shown = {"parameters": 'stop "x"', "model_info": {"llama.context_length": 131072}}
+    assert ollama_window(shown) == OLLAMA_DEFAULT_NUM_CTX
+    assert ollama_window({"model_info": {"qwen2.context_length": 2048}}) == 2048
+    assert ollama_window({"parameters": "num_ctx 16384"}) == 16384
+    assert ollama_window("nope") is None

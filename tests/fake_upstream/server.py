@@ -13,6 +13,7 @@ from typing import Any, Literal
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from tests.fake_upstream.anthropic import MessagesFake, answer_count, answer_messages
 from tests.fake_upstream.constants import (
     CREATED,
     DEFAULT_CONTEXT_WINDOW,
@@ -23,6 +24,7 @@ from tests.fake_upstream.constants import (
     CountTokens,
 )
 from tests.fake_upstream.errors import ApiError, context_error, model_not_found, openai_error
+from tests.fake_upstream.local_servers import add_local_routes
 from tests.fake_upstream.replies import (
     authorization_fingerprint,
     build_completion,
@@ -30,6 +32,16 @@ from tests.fake_upstream.replies import (
     requested_completion,
     sse,
     stream_events,
+)
+from tests.fake_upstream.responses import (
+    CountInput,
+    ResponseMaker,
+    failed_events,
+    overflow_error,
+    response_events,
+    sse_event,
+    strings_tokens,
+    validate_responses,
 )
 from tests.fake_upstream.validation import validate_chat
 
@@ -45,6 +57,8 @@ class FaultKind(StrEnum):
     SERVER_ERROR = "server_error"
     RATE_LIMIT = "rate_limit"
     CONTEXT_LENGTH = "context_length"
+    EMPTY_STREAM = "empty_stream"
+    """200 text/event-stream with no event at all (llama-cpp-python's overflow)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,10 @@ class _NotJson(Exception):
     """Answer 200 with a body that is not JSON."""
 
 
+class _EmptyStream(Exception):
+    """Answer 200 text/event-stream and end it with no event."""
+
+
 FAKE_KEY = web.AppKey("fake_upstream", object)
 
 
@@ -97,6 +115,13 @@ class FakeUpstream:
     ``stream_chunks`` (pieces per content), ``fault`` (applies to every chat request),
     ``inject(...)`` (faults for the next chat requests), ``context_error_style``,
     ``extra_headers`` (added to every answer, e.g. the CORS headers OpenAI's API sends).
+    ``overflow_as_empty_stream``: a streamed request over the window is answered 200 with
+    no event at all, as llama-cpp-python does. ``close_kept_alive``: a second request on a
+    connection that was answered on before is dropped unread, as a server that closed
+    its idle keep-alive connection; counted in ``dropped``, not in ``requests``.
+    ``local_server``: also serve that server's own window endpoints (llama.cpp
+    ``/props``, Ollama ``/api/version|tags|show``, LM Studio ``/api/v0/models``), each
+    reporting ``models``' windows as that server does (see ``local_servers``).
     Faults hit chat requests only, so a proxy's model discovery cannot use them up.
     Tests read ``requests``, ``cancelled`` (requests whose client left mid-answer) and
     ``frames_sent`` (SSE frames written so far, over all streams).
@@ -115,6 +140,10 @@ class FakeUpstream:
         tool_trigger: str = "tool",
         context_error_style: ContextErrorStyle = "openai",
         linger_after_done: float = 0.0,
+        canned: Mapping[str, str] | None = None,
+        overflow_as_empty_stream: bool = False,
+        close_kept_alive: bool = False,
+        local_server: Literal["llamacpp", "ollama", "lmstudio"] | None = None,
     ) -> None:
         self.models = dict(DEFAULT_MODELS if models is None else models)
         self.count_tokens = count_tokens or estimate_tokens
@@ -125,7 +154,13 @@ class FakeUpstream:
         self.stream_chunks = stream_chunks
         self.tool_trigger = tool_trigger
         self.context_error_style: ContextErrorStyle = context_error_style
-        self.linger_after_done = linger_after_done  # seconds between [DONE] and the body's end
+        self.canned = dict(canned or {})
+        """Model → the content every answer of that model has (instead of an echo)."""
+        self.overflow_as_empty_stream = overflow_as_empty_stream
+        self.close_kept_alive = close_kept_alive
+        self.local_server = local_server
+        self.dropped = 0
+        self._answered: set[object] = set()  # client (host, port): one per connection
         self.fault: Fault | None = None
         self.extra_headers: dict[str, str] = {}
         self.faults: deque[Fault] = deque()
@@ -136,6 +171,12 @@ class FakeUpstream:
         self._stop: Callable[[], Awaitable[None]] | None = None
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
+        self.anthropic = MessagesFake(windows=self.models)
+        """The Anthropic Messages routes' settings and script (``tests.fake_upstream.anthropic``)."""
+        self.responder = ResponseMaker(tool_trigger)
+        self.count_input: CountInput = strings_tokens
+        self.overflow_in_stream = False  # a Responses overflow as response.failed
+        self.linger = linger_after_done  # seconds a stream stays open after its last event
 
     # -- wiring
 
@@ -145,9 +186,14 @@ class FakeUpstream:
         app[FAKE_KEY] = self
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_messages)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model}", self._model)
         app.router.add_route("*", "/v1/{tail:.*}", self._echo)
+        if self.local_server is not None:
+            add_local_routes(app, self.local_server, self.models, self._record)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
@@ -170,6 +216,10 @@ class FakeUpstream:
     @property
     def chat_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    @property
+    def responses_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.endswith("/responses")]
 
     async def wait_for_requests(self, n: int = 1, timeout: float = 5.0) -> list[RecordedRequest]:
         """Wait until ``n`` requests have arrived; return them all."""
@@ -216,7 +266,23 @@ class FakeUpstream:
             **self.extra_headers,
         }
 
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        return await answer_messages(self.anthropic, _json_or_none(recorded.body), request)
+
+    async def _count_messages(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        return await answer_count(self.anthropic, _json_or_none(recorded.body))
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        if self.close_kept_alive and peer in self._answered:
+            self.dropped += 1
+            self._notify()
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        self._answered.add(peer)
         recorded = await self._record(request)
         headers = self._headers(request, recorded)
         fault = self.faults.popleft() if self.faults else self.fault
@@ -236,6 +302,8 @@ class FakeUpstream:
             )
         except _Aborted:
             raise asyncio.CancelledError from None
+        except _EmptyStream:
+            return await self._stream(request, headers, [], None)
 
     async def _answer(
         self,
@@ -258,14 +326,50 @@ class FakeUpstream:
         window = self._window(body["model"])
         prompt, completion = self.count_tokens(body), requested_completion(body)
         if prompt + completion > window:
+            if self.overflow_as_empty_stream and body.get("stream") is True:
+                raise _EmptyStream
             raise context_error(self.context_error_style, window, prompt, completion)
         reply = build_completion(body, prompt, self.tool_trigger)
+        if body["model"] in self.canned:
+            for choice in reply["choices"]:
+                choice["message"]["content"] = self.canned[body["model"]]
         mid = fault if fault is not None and fault.kind in _MID_FAULTS else None
         if body.get("stream") is True:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             events = stream_events(reply, self.stream_chunks, usage)
             return await self._stream(request, headers, [*map(sse, events), sse("[DONE]")], mid)
         return await self._send_json(request, headers, reply, mid)
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self._record(request)
+        headers = self._headers(request, recorded)
+        try:
+            try:
+                body = json.loads(recorded.body)
+            except ValueError:
+                raise openai_error("We could not parse the JSON body of your request.") from None
+            body = validate_responses(body, self.responder.issued)
+            window = self._window(body["model"])
+            prompt = self.count_input(body)
+            out = body.get("max_output_tokens") or 0
+            overflow = prompt + out > window
+            if overflow and not (self.overflow_in_stream and body.get("stream")):
+                raise overflow_error()
+        except ApiError as error:
+            return web.json_response(error.body, status=error.status, headers=headers)
+        response = self.responder.response(body, prompt)
+        if not body.get("stream"):
+            return web.json_response(response, headers=headers)
+        if overflow:
+            events = failed_events(response, overflow_error().body["error"])
+        else:
+            events = response_events(response, self.stream_chunks)
+        try:
+            return await self._stream(request, headers, [sse_event(e) for e in events], None)
+        except (ClientGone, ConnectionResetError, asyncio.CancelledError):
+            self.cancelled.append(recorded)
+            self._notify()
+            raise
 
     def _window(self, model: str) -> int:
         if model in self.models:
@@ -284,6 +388,8 @@ class FakeUpstream:
             await self._pause(request, float("inf"))
         if kind is FaultKind.NOT_JSON:
             raise _NotJson
+        if kind is FaultKind.EMPTY_STREAM:
+            raise _EmptyStream
         if kind is FaultKind.SERVER_ERROR:
             text = "The server had an error while processing your request. Sorry about that!"
             raise openai_error(text, status=500, type_="server_error")
@@ -319,8 +425,8 @@ class FakeUpstream:
                 await self._pause(request, self.chunk_delay)
             await response.write(frame)
             self.frames_sent += 1
-        if self.linger_after_done:  # as servers that flush [DONE] before ending the body
-            await asyncio.sleep(self.linger_after_done)
+        if self.linger:
+            await self._pause(request, self.linger)
         await response.write_eof()
         return response
 
@@ -396,3 +502,10 @@ def _abort(request: web.Request) -> None:
     if request.transport is not None:
         request.transport.abort()
     raise _Aborted
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None

@@ -149,8 +149,12 @@ async def test_pinned_messages_too_large_is_400_without_upstream_call(
     status, _, data = await _post(proxy.url, body)
     err = json.loads(data)["error"]
     assert status == 400
-    assert err["code"] == "context_length_exceeded"
-    assert "small-8k" in err["message"] and "budget" in err["message"]
+    assert err["code"] == "handoff_unfittable" and err["type"] == "invalid_request_error"
+    assert "small-8k" in err["message"] and "will not help" in err["message"]
+    # Not the words agent CLIs take for an overflow to compact and retry.
+    low = err["message"].lower()
+    for phrase in ("context", "prompt", "exceed", "maximum", "too long", "too large"):
+        assert phrase not in low, phrase
     assert exact_upstream.chat_requests == []
 
 
@@ -271,14 +275,17 @@ async def test_unknown_model_fitted_to_the_limit_its_error_names(
 async def test_huge_max_tokens_is_blamed_not_the_messages(
     exact_upstream: FakeUpstream, make_proxy: MakeProxy
 ) -> None:
-    """max_tokens bigger than the window: the 400 names max_tokens, not the conversation."""
-    proxy = await make_proxy(exact_upstream.url, models=MODELS_CONFIG)
+    """max_tokens bigger than the window, with compression.strict_max_tokens (else it is
+    lowered to fit): the 400 names max_tokens and the setting, not the conversation."""
+    proxy = await make_proxy(
+        exact_upstream.url, models=MODELS_CONFIG, compression={"strict_max_tokens": True}
+    )
     history = [{"role": "user", "content": "word " * 200}]
     body = {"model": "small-8k", "messages": history, "max_tokens": 9000}
     status, _, data = await _post(proxy.url, body)
     err = json.loads(data)["error"]
     assert status == 400 and err["param"] == "max_tokens"
-    assert "9,000" in err["message"]
+    assert "9,000" in err["message"] and "compression.strict_max_tokens" in err["message"]
 
 
 @pytest.mark.parametrize(

@@ -124,9 +124,11 @@ async def test_stopped_upstream_is_502(
 async def test_reset_before_headers_is_502_and_recorded(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
-    """A connection reset before any header gives 502 upstream_unreachable, recorded."""
+    """A connection reset before any header gives 502 upstream_unreachable, recorded.
+    (On a fresh connection: no models listing went first on one to reuse, and only a
+    reused connection is tried again.)"""
     db = tmp_path / "h.db"
-    proxy = await store_proxy(make_proxy, fake_upstream, db)
+    proxy = await store_proxy(make_proxy, fake_upstream, db, tokens={"discover": False})
     fake_upstream.inject(Fault(FaultKind.RESET_BEFORE_HEADERS))
     status, _, body = await post_chat(proxy, chat(stream=True))
     assert status == 502

@@ -118,7 +118,7 @@ class Rig:
                 self.statuses[s0:],
             )
         self.tried += 1
-        self.reached += bool(out.forwarded)
+        self.reached += bool(out.forwarded) or _refused_by_plan(out)  # both are recorded
         self.upstream_5xx += any(s >= 500 for s in out.upstream_statuses)
         return out
 
@@ -133,6 +133,14 @@ class Rig:
             assert set(error) == {"message", "type", "param", "code"}
             assert isinstance(error["message"], str) and len(error["message"]) > 10
             assert error["type"] == "invalid_request_error"
+        elif "x-handoff-max-tokens" in out.headers:  # an output reservation lowered to fit
+            sent, asked = json.loads(out.forwarded[0]), json.loads(raw)
+            for key in ("max_tokens", "max_completion_tokens"):
+                if key in sent and sent[key] != asked[key]:
+                    assert 0 < sent[key] < asked[key]
+                    sent[key] = asked[key]
+            if out.headers.get("x-handoff-decision") != "compressed":
+                assert sent == asked
         elif out.headers.get("x-handoff-decision") != "compressed":
             assert out.forwarded[0] == raw  # passthrough is byte-identical
 
@@ -238,6 +246,17 @@ async def rig(aiohttp_server: AiohttpServer, make_proxy: MakeProxy, tmp_path: Pa
     )
     async with aiohttp.ClientSession() as client:
         yield Rig(proxy, fake, statuses, db, client)
+
+
+def _refused_by_plan(out: Outcome) -> bool:
+    """A request the decision refused (nothing could fit): recorded, though not sent."""
+    if out.status != 400:
+        return False
+    try:
+        code = json.loads(out.body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return code in ("handoff_unfittable", "context_length_exceeded")
 
 
 def run_cases(rig: Rig) -> Callable[[bytes, str | None], Outcome]:
@@ -420,8 +439,9 @@ async def test_accepted_bodies_with_wild_contents(rig: Rig) -> None:
               "tool_calls": ["x", None, {"function": None}, {"function": "f"}]}]})  # fmt: skip
     def prop(body: dict[str, Any]) -> None:
         out = send(json.dumps(body).encode(), "application/json")
-        if not out.forwarded:  # only a reservation no window can hold is refused
-            assert json.loads(out.body)["error"]["code"] == "context_length_exceeded"
+        if not out.forwarded:  # only what no cut can fit is refused
+            code = json.loads(out.body)["error"]["code"]
+            assert code in ("context_length_exceeded", "handoff_unfittable")
 
     await asyncio.to_thread(prop)
     rig.report("accepted bodies, wild contents")

@@ -62,6 +62,13 @@ async def test_errors_are_openai_shaped(seeded: Path, aiohttp_client: Client) ->
     assert (await client.get(f"/handoff/v1/sessions/{sid}/turns/99")).status == 404
     resp = await client.get(f"/handoff/v1/sessions/{sid}/export", params={"format": "pdf"})
     assert resp.status == 400 and (await resp.json())["error"]["param"] == "format"
+    resp = await client.get(f"/handoff/v1/sessions/{sid}/export", params={"sent": "1"})
+    assert resp.status == 400 and (await resp.json())["error"]["param"] == "sent"
+    resp = await client.get(
+        f"/handoff/v1/sessions/{sid}/export",
+        params={"format": "anthropic", "sent": "1", "turn": "1"},
+    )
+    assert resp.status == 200 and (await resp.json())["max_tokens"] == 4096
     resp = await client.get("/handoff/v1/sessions", params={"since": "yesterday"})
     assert resp.status == 400
     resp = await client.get(f"/handoff/v1/sessions/{sid}/turns/two")

@@ -52,8 +52,9 @@ async def test_refusals_are_recorded_and_filtered(
     assert len(bad_json) == 1 and bad_json[0]["error"]["request_bytes"] == 35
     full = [t for t in (reader.turn(s["id"], 1) for s in refused) if t["history"]]
     assert full[0]["history"] == unfittable["messages"]
-    assert full[0]["error"]["error"]["code"] == "context_length_exceeded"
+    assert full[0]["error"]["error"]["code"] == "handoff_unfittable"  # main's limits: its own code
     assert set(turns) == {400}
+    assert all(t["decision"]["action"] == "rejected" for t in bad_json + full)
     for f in tmp_path.glob("h.db*"):  # the WAL too
         assert b"sk-secret-key-123" not in f.read_bytes()
     assert cli_main(["sessions", "list", "--errors", "--json", "--store", str(db)]) == 0

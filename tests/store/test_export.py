@@ -14,7 +14,7 @@ from proxy.store.export import export
 from proxy.store.read import SqliteReader
 from tests.store.test_fixtures import compressed, conversation, turn, write
 
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "portable-v1.schema.json"
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "portable-v2.schema.json"
 
 
 def _doc(tmp_path: Path) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def test_export_up_to_a_turn(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("path", "value", "field"),
     [
-        (("format_version",), 2, "format_version"),
+        (("format_version",), 3, "format_version"),
         (("messages", 0, "message", "role"), 5, "messages[0].message.role"),
         (("turns", 0, "status"), "200", "turns[0].status"),
         (("turns", 5, "forwarded", 0, "keep"), [0, 999], "turns[5].forwarded[0].keep"),

@@ -1,5 +1,8 @@
 """Context windows that upstreams report in ``GET /v1/models``.
 
+(A local server's own endpoints, which know the window it actually runs with, are
+asked in :mod:`proxy.decide.windows.local_servers`.)
+
 Fields read, first found wins per model (runtime limits before trained ones):
 
 - LM Studio ``loaded_context_length`` (the loaded model's actual window)
@@ -64,6 +67,34 @@ def _window(item: Mapping[str, Any]) -> int | None:
     return None
 
 
+async def fetch_json(
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: Mapping[str, str],
+    timeout_s: float,
+    payload: object = None,
+) -> Any:
+    """GET ``url`` (POST ``payload`` when given) and parse it; None on any failure (a
+    probe that finds nothing is logged, never raised)."""
+    log = structlog.get_logger(__name__)
+    method = "GET" if payload is None else "POST"
+    try:
+        async with session.request(
+            method,
+            url,
+            headers=dict(headers),
+            json=payload,
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as resp:
+            if resp.status != 200:
+                log.debug("window_probe_unavailable", url=url, status=resp.status)
+                return None
+            return orjson.loads(await resp.read())
+    except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError, ValueError) as e:
+        log.debug("window_probe_unavailable", url=url, error=type(e).__name__)
+        return None
+
+
 async def fetch_model_windows(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -71,19 +102,31 @@ async def fetch_model_windows(
     timeout_s: float,
 ) -> dict[str, int]:
     """GET ``{base_url}/models`` and parse it; never raises, {} on any failure."""
-    url = base_url.rstrip("/") + "/models"
-    log = structlog.get_logger(__name__)
-    try:
-        async with session.get(
-            url, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            if resp.status != 200:
-                log.info("models_listing_unavailable", url=url, status=resp.status)
-                return {}
-            body = orjson.loads(await resp.read())
-    except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as e:
-        log.info("models_listing_unavailable", url=url, error=type(e).__name__)
-        return {}
-    windows = parse_models_listing(body)
-    log.info("models_listing", url=url, models=len(windows))
+    windows, _ = await fetch_listing(session, base_url, headers, timeout_s)
     return windows
+
+
+async def fetch_listing(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    headers: Mapping[str, str],
+    timeout_s: float,
+) -> tuple[dict[str, int], list[str]]:
+    """The windows ``{base_url}/models`` lists, and every model id it lists."""
+    url = base_url.rstrip("/") + "/models"
+    body = await fetch_json(session, url, headers, timeout_s)
+    if body is None:
+        structlog.get_logger(__name__).info("models_listing_unavailable", url=url)
+        return {}, []
+    windows = parse_models_listing(body)
+    structlog.get_logger(__name__).info("models_listing", url=url, models=len(windows))
+    return windows, parse_model_ids(body)
+
+
+def parse_model_ids(body: object) -> list[str]:
+    """Every model id in a models listing of any known shape, in order."""
+    items = body.get("data", body.get("models", ())) if isinstance(body, Mapping) else body
+    if not isinstance(items, list):
+        return []
+    ids = (i.get("id", i.get("name")) for i in items if isinstance(i, Mapping))
+    return [i for i in ids if isinstance(i, str) and i]

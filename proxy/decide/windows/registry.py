@@ -1,8 +1,11 @@
 """Which context window applies to a model name, and why.
 
-Precedence, highest first: a config override that sets ``context_window``
-(``[models."NAME"]``, globs allowed), a window an upstream reported in
-``GET /v1/models``, the built-in table, ``tokens.default_context_window``. A
+Precedence, highest first: a limit the upstream named in an overflow error
+(:mod:`~proxy.decide.windows.learned`, while no larger window has been configured or
+discovered since), a config override that sets ``context_window``
+(``[models."NAME"]``, globs allowed), a window an upstream reported (its models
+listing or its server's own endpoint), the built-in table,
+``tokens.default_context_window``. A
 config override without a window still sets ``max_output_tokens``/``tokenizer``
 on top of whatever window applies. Unknown models give ``None``: the proxy then
 passes the request through untouched.
@@ -16,6 +19,7 @@ from types import MappingProxyType
 
 from proxy.config import ModelOverride
 from proxy.decide.windows.builtin import BuiltinEntry, load_builtin
+from proxy.decide.windows.learned import LearnedLimits
 from proxy.decide.windows.matching import best_match, candidates, glob_matches
 
 _MAX_CACHED = 4096
@@ -26,7 +30,8 @@ _MAX_CACHED = 4096
 class ModelInfo:
     """The limits that apply to one model name.
 
-    ``source`` is ``builtin``, ``config``, ``discovered:<upstream>`` or ``default``;
+    ``source`` is ``builtin``, ``config``, ``discovered:<upstream>``,
+    ``learned:<upstream>`` (named in its overflow error) or ``default``;
     ``matched`` is the table key, config pattern or listed id that gave the window.
     ``tokenizer`` is a tiktoken encoding name, ``estimate``, or None (nearest).
     """
@@ -65,6 +70,21 @@ class WindowRegistry:
         self._discovered: Mapping[str, Mapping[str, int]] = MappingProxyType({})
         self._lookups: dict[tuple[str, str | None], ModelInfo | None] = {}
         self._override_cache: dict[str, ModelOverride | None] = {}
+        self.limits = LearnedLimits()
+
+    def learn_limit(self, model: str, upstream: str, limit: int) -> bool:
+        """An upstream refused ``model`` naming ``limit`` as its window: use it from now
+        on (True if it is news; it is then persisted through ``limits.on_change``)."""
+        current = self.lookup(model, upstream)
+        against = current.context_window if current is not None else None
+        if not self.limits.learn(upstream, model, limit, against):
+            return False
+        self.forget_lookups()
+        return True
+
+    def forget_lookups(self) -> None:
+        """Resolve every name afresh (after :attr:`limits` changed under it)."""
+        self._lookups = {}
 
     def learn(self, upstream_name: str, windows: Mapping[str, int]) -> None:
         """Remember the windows an upstream listed (replacing its earlier listing)."""
@@ -137,7 +157,7 @@ class WindowRegistry:
                     ModelInfo(
                         pattern,
                         ov.context_window,
-                        ov.max_output_tokens or ov.context_window,
+                        ov.max_output_tokens or output_share(ov.context_window),
                         ov.tokenizer,
                         "config",
                         pattern,
@@ -150,6 +170,7 @@ class WindowRegistry:
         window: tuple[int, str, str] | None = None  # (tokens, source, matched)
         max_out: int | None = None
         tokenizer: str | None = None
+        explicit_out = False  # a config override sets max_output_tokens
 
         match = best_match(model, self._index)
         if match is not None:
@@ -171,8 +192,20 @@ class WindowRegistry:
             if ov.context_window is not None:
                 window = (ov.context_window, "config", pats[0])
             max_out = ov.max_output_tokens or max_out
+            explicit_out = ov.max_output_tokens is not None
             tokenizer = ov.tokenizer or tokenizer
 
+        learned = self.limits.get(upstream, model) if self.limits else None
+        if learned is not None:
+            lim, up = learned
+            if lim.applies(window[0] if window else None):
+                window = (lim.limit, f"learned:{up}", model)
+                reasons.append(f"upstream {up!r} named a {lim.limit}-token window in an error")
+            else:
+                reasons.append(
+                    f"the {lim.limit}-token window upstream {up!r} once named gives way to "
+                    "a larger one configured or discovered since"
+                )
         if window is None and self._default is not None:
             window = (self._default, "default", "tokens.default_context_window")
             reasons.append("no entry matches: using tokens.default_context_window")
@@ -181,7 +214,12 @@ class WindowRegistry:
         tokens, source, matched = window
         if source != "builtin" and match is not None:
             reasons.append(f"the {source} window beats the built-in {match.key!r}")
-        info = ModelInfo(model, tokens, max_out or tokens, tokenizer, source, matched)
+        own_max_out = explicit_out or source == "builtin"  # a figure for this very window
+        if max_out is None or (not own_max_out and max_out > tokens // 2):
+            # No figure of its own for this window (a config entry with only a window, a
+            # learned or discovered one): a quarter of it, so the prompt keeps the rest.
+            max_out = output_share(tokens)
+        info = ModelInfo(model, tokens, max_out, tokenizer, source, matched)
         return _Resolution(info, tuple(reasons))
 
     def _discovered_window(self, model: str, upstream: str | None) -> tuple[int, str, str] | None:
@@ -197,6 +235,13 @@ class WindowRegistry:
             if form in windows
         ]
         return min(hits) if hits else None
+
+
+def output_share(window: int) -> int:
+    """The output a window reserves when nothing says how much: a quarter of it (then
+    capped by ``tokens.default_max_output_tokens``, 4,096 by default). An 8k local model
+    keeps 6k for the prompt; from 16k up the cap decides."""
+    return max(1, window // 4)
 
 
 def _merge(overrides: list[ModelOverride]) -> ModelOverride:

@@ -1,0 +1,190 @@
+"""The memory keeper: writes a session's memory off the request path, when it is due.
+
+After each recorded turn, :meth:`MemoryKeeper.note` decides (cheaply, on the loop)
+whether the session's memory is due: at ``memory.every_turns`` user turns and every as
+many more, when the conversation is first compressed, when it moves to another model,
+or when the user asks (``memory.remember_phrases``). Due turns wait in a small queue
+for one background task, owned by the app (started and awaited in its cleanup
+context), that finds the session the store threaded the turn into, builds the memory
+(refined by the summarizer's LLM when one is configured) and writes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from policies.memory import starts_with_phrase
+from policies.trim import text_of
+from proxy.config import Settings
+from proxy.decide.cut_memory import conversation_key
+from proxy.store.base import Store, StoreReader, TurnRecord, settled
+from proxy.store.remember import Refine, remembered, user_turns
+
+log = structlog.get_logger("handoff.memory")
+
+QUEUE = 64
+"""Due memories waiting; past it the newest is dropped (the next trigger writes it)."""
+FIND_S = 10.0
+"""How long the keeper waits for a turn to reach the disk before giving it up."""
+CONVERSATIONS = 4096
+
+
+PHRASE_CHARS = 200
+"""Only a message's start is compared with the remember phrases (it may be a long paste)."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    model: str
+    compressed: bool
+    written_at: int  # user turns when its memory was last written (0: never)
+    counted: int = 0  # messages counted so far (a resent history is counted once)
+    users: int = 0  # user messages among them
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    turn: TurnRecord
+    reason: str
+    refine: Refine | None
+
+
+RefineFactory = Callable[[TurnRecord, Mapping[str, str]], "Refine | None"]
+
+
+class MemoryKeeper:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        reader: StoreReader,
+        refine: RefineFactory | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.reader = reader
+        self.refine = refine
+        self.queue: asyncio.Queue[_Due] = asyncio.Queue(QUEUE)
+        self._seen: OrderedDict[int | str, _Seen] = OrderedDict()
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        self.dropped = 0
+
+    def note(self, turn: TurnRecord, headers: Mapping[str, str]) -> None:
+        """Queue the turn's session memory if it is due (never blocks, never raises)."""
+        try:
+            reason = self._due(turn)
+            if reason is None:
+                return
+            refine = self.refine(turn, headers) if self.refine is not None else None
+            self.queue.put_nowait(_Due(turn, reason, refine))
+        except asyncio.QueueFull:
+            self.dropped += 1
+        except Exception as e:  # the keeper must never break the proxy
+            log.warning("memory_note_failed", error=repr(e))
+
+    def _due(self, turn: TurnRecord) -> str | None:
+        messages = turn.messages
+        if not messages or turn.status != 200 or turn.cancelled:
+            return None
+        key = _opening(messages)
+        seen = self._seen.get(key)
+        compressed = turn.decision is not None and turn.decision.action == "compressed"
+        if seen is None:
+            seen = self._seen[key] = _Seen(turn.model, compressed, 0)
+            if len(self._seen) > CONVERSATIONS:
+                self._seen.popitem(last=False)
+        self._seen.move_to_end(key)
+        if len(messages) < seen.counted:  # (an edit or regenerate: count afresh)
+            seen.counted = seen.users = 0
+        seen.users += user_turns(messages[seen.counted :])
+        seen.counted = len(messages)
+        n = seen.users
+        last = messages[-1]
+        every = self.settings.memory.every_turns
+        reason = None
+        head = text_of(last.get("content"))[:PHRASE_CHARS]
+        phrases = self.settings.memory.remember_phrases
+        if last.get("role") == "user" and starts_with_phrase(head, phrases) is not None:
+            reason = "asked"
+        elif seen.model != turn.model:
+            reason = "handoff"
+        elif compressed and not seen.compressed:
+            reason = "compressed"
+        elif n >= every and n // every > seen.written_at // every:
+            reason = "turns"
+        seen.model, seen.compressed = turn.model, compressed
+        if reason is not None:
+            seen.written_at = n
+        return reason
+
+    # -- the background task --------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="handoff-memory")
+
+    async def close(self) -> None:
+        """Write what is due (a few seconds at most), then stop."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.queue.join(), FIND_S)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            due = await self.queue.get()
+            try:
+                await self._write(due)
+            except Exception as e:
+                log.warning("memory_write_failed", error=repr(e))
+            finally:
+                self.queue.task_done()
+
+    async def _write(self, due: _Due) -> None:
+        turn = settled(due.turn)  # (a non-streamed answer is read here, off the request path)
+        sid = await self._session_of(turn)
+        if sid is None:
+            log.warning("memory_session_not_found", workspace=turn.workspace)
+            return
+        messages: Sequence[Mapping[str, Any]] = list(turn.messages)
+        if turn.reply is not None:
+            messages = [*messages, turn.reply]
+        skip = [*self.settings.memory.remember_phrases, *self.settings.recall.phrases]
+        record = await remembered(
+            turn.workspace, sid, messages, due.reason, skip=skip, refine=due.refine
+        )
+        await asyncio.to_thread(self.store.save_memory, record)
+        self.written += 1
+        log.info("memory_written", session=sid, reason=due.reason, source=record.source)
+
+    async def _session_of(self, turn: TurnRecord) -> str | None:
+        deadline = time.monotonic() + FIND_S
+        wait = 0.02
+        while True:
+            sid = await asyncio.to_thread(
+                self.reader.session_of_turn, turn.workspace, turn.started_at
+            )
+            if sid is not None or time.monotonic() > deadline:
+                return sid
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 0.5)
+
+
+def _opening(messages: Sequence[Mapping[str, Any]]) -> int | str:
+    """A cheap key for the conversation: its first two texts' hash (str hashes are
+    cached by Python; a collision only shares a trigger's counts), else the cut memory's."""
+    texts = tuple(m.get("content") for m in messages[:2])
+    if all(isinstance(t, str) for t in texts):
+        return hash(texts)
+    return conversation_key(messages)

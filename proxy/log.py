@@ -287,34 +287,78 @@ class Throttled:
         self._logger.warning(self._event, occurrences=count, **fields)
 
 
+@dataclass(slots=True)
+class _Setup:
+    """What the last :func:`configure_logging` chose. The processors read it at each event,
+    so loggers cached under an earlier configuration follow a later one."""
+
+    level: int = logging.INFO
+    stamper: structlog.typing.Processor = field(
+        default_factory=lambda: structlog.processors.TimeStamper(fmt="iso", utc=True)
+    )
+    renderer: structlog.typing.Processor = field(
+        default_factory=lambda: structlog.dev.ConsoleRenderer(colors=False)
+    )
+
+
+_setup = _Setup()
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
+def _by_level(_: Any, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    if _LEVELS.get(method, logging.INFO) < _setup.level:
+        raise structlog.DropEvent
+    return event
+
+
+def _stamp(logger: Any, method: str, event: structlog.typing.EventDict) -> Any:
+    return _setup.stamper(logger, method, event)
+
+
+def _render(logger: Any, method: str, event: structlog.typing.EventDict) -> Any:
+    return _setup.renderer(logger, method, event)
+
+
 def configure_logging(
     fmt: Literal["console", "json"] = "console", level: int = logging.INFO
 ) -> None:
     """JSON lines via orjson (the request path logs once per request, so it must be
     cheap), or a readable console format. Loggers look sys.stderr up when created,
-    never capture it once: it may be replaced (tests, daemonizers)."""
-    renderer: structlog.typing.Processor
+    never capture it once: it may be replaced (tests, daemonizers); and a later call
+    changes what every logger does, cached ones too (``_Setup``)."""
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(serializer=_orjson_dumps)
-        stamper = structlog.processors.TimeStamper(fmt=None, utc=True)  # unix time: cheap
+        _setup.renderer = structlog.processors.JSONRenderer(serializer=_orjson_dumps)
+        _setup.stamper = structlog.processors.TimeStamper(fmt=None, utc=True)  # unix: cheap
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        stamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+        _setup.renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        _setup.stamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    _setup.level = level
     _request_events.json = fmt == "json"
     atexit.unregister(flush_request_lines)  # (once, however often this is called)
     atexit.register(flush_request_lines)
     _request_events.enabled = level <= logging.INFO
     structlog.configure(
         processors=[
+            _by_level,
             structlog.contextvars.merge_contextvars,
             add_request_id,
             structlog.processors.add_log_level,
-            stamper,
+            _stamp,
             structlog.processors.format_exc_info,  # a plain traceback, scrubbed like the rest
             scrub_secrets,
-            renderer,
+            _render,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         logger_factory=_stderr,
         cache_logger_on_first_use=True,
     )

@@ -88,7 +88,7 @@ def test_example_config_loads_and_shows_every_key() -> None:
     """config.example.toml is valid and mentions every settings key."""
     example = ROOT / "config.example.toml"
     settings = load_settings(example, env={})
-    assert [u.name for u in settings.upstreams] == ["openai", "ollama"]
+    assert [u.name for u in settings.upstreams] == ["openai", "ollama", "anthropic"]
     text = example.read_text()
     missing = [k for k in _keys(Settings) if k.rsplit(".", 1)[-1] not in text]
     assert not missing, f"config.example.toml does not show: {missing}"

@@ -298,3 +298,20 @@ def test_the_scrubber_covers_every_field(fmt: str, capsys: pytest.CaptureFixture
         assert secret not in err, secret
     assert "_raise_with_a_key_around" in err and "ValueError" in err  # the traceback is there
     assert "x-trace" in err and "ok" in err
+
+
+def test_a_logger_cached_under_one_configuration_follows_the_next(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A module's logger first used while info events were off (the demo) still logs them,
+    in the new format, once logging is configured again (serve, a later test)."""
+    log = structlog.get_logger("tests.cached")
+    configure_logging("console", logging.WARNING)
+    log.info("hidden_event")
+    configure_logging("json")
+    log.info("shown_event", n=1)
+    err = capsys.readouterr().err
+    assert "hidden_event" not in err
+    (line,) = [ln for ln in err.splitlines() if "shown_event" in ln]
+    assert json.loads(line)["n"] == 1
+    configure_logging("console")

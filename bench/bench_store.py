@@ -8,7 +8,7 @@ real conversation paces them; the writer's CPU is what it takes from the event
 loop (they share the GIL), so it should stay flat as the history grows. Prints a
 JSON line of the figures last.
 
-    python -m bench.bench_store [--turns 500] [--redact]
+    python -m bench.bench_store [--turns 500] [--redact] [--sdk]
 """
 
 from __future__ import annotations
@@ -77,7 +77,16 @@ def _prose(rng: random.Random, n_words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words)).capitalize() + "."
 
 
-def turns(n: int, seed: int = 7) -> list[TurnRecord]:
+def resent(reply: dict[str, Any]) -> dict[str, Any]:
+    """``reply`` as a client using the openai SDK sends it back: parsed from the upstream's
+    JSON (which carries ``refusal: null`` and ``annotations: []``) and dumped again."""
+    from openai.types.chat import ChatCompletionMessage
+
+    sent = {**reply, "refusal": None, "annotations": []}
+    return ChatCompletionMessage.model_validate(sent).model_dump(exclude_unset=True)
+
+
+def turns(n: int, seed: int = 7, sdk: bool = False) -> list[TurnRecord]:
     """``n`` turns of a coding-assistant session: prose, tool calls, tool results.
 
     Replies and tool results are 1-5 KB; every other turn calls a tool, so 500
@@ -142,7 +151,7 @@ def turns(n: int, seed: int = 7) -> list[TurnRecord]:
                 },
             )
         )
-        history.append(reply)
+        history.append(resent(reply) if sdk else reply)
         if reply.get("tool_calls"):
             history.append(
                 {
@@ -172,8 +181,8 @@ def writer_ms_at(per_turn_s: list[float], checkpoints: tuple[int, ...]) -> dict[
     }
 
 
-def run(n_turns: int, redact: bool) -> dict[str, Any]:
-    records = turns(n_turns)
+def run(n_turns: int, redact: bool, sdk: bool = False) -> dict[str, Any]:
+    records = turns(n_turns, sdk=sdk)
     final = [*records[-1].messages, records[-1].reply]
     history_bytes = len(orjson.dumps(final))
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,15 +202,24 @@ def run(n_turns: int, redact: bool) -> dict[str, Any]:
         drain_s = time.perf_counter() - t_drain
         db = connect(path)
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        tables = _table_bytes(db)
         db.close()
         store_bytes = sum(p.stat().st_size for p in Path(tmp).glob("bench.db*"))
+        vacuumed = Path(tmp) / "vacuumed.db"
+        db = connect(path)
+        db.execute("VACUUM INTO ?", (str(vacuumed),))
+        db.close()
+        vacuumed_bytes = vacuumed.stat().st_size
     return {
         "turns": n_turns,
+        "replies_resent_by_sdk": sdk,
         "final_messages": len(final),
         "final_history_bytes": history_bytes,
         "store_bytes": store_bytes,
         "size_ratio": round(store_bytes / history_bytes, 3),
         "size_ratio_target": 1.5,
+        "size_ratio_after_vacuum": round(vacuumed_bytes / history_bytes, 3),
+        "table_bytes": tables,
         "record_us_median": round(statistics.median(per_call) * 1e6, 2),
         "record_us_p99": round(sorted(per_call)[int(len(per_call) * 0.99)] * 1e6, 2),
         "writer_cpu_ms_per_turn": writer_ms_at(writer_cpu, CHECKPOINTS),
@@ -211,12 +229,26 @@ def run(n_turns: int, redact: bool) -> dict[str, Any]:
     }
 
 
+def _table_bytes(db: Any) -> dict[str, list[int]]:
+    """Per table and index: [bytes in pages, bytes of payload] (dbstat), when available."""
+    try:
+        rows = db.execute(
+            "SELECT name, SUM(pgsize), SUM(payload) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+        ).fetchall()
+    except Exception:  # SQLite built without dbstat
+        return {}
+    return {name: [int(size), int(payload)] for name, size, payload in rows[:8]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=500)
     parser.add_argument("--redact", action="store_true")
+    parser.add_argument(
+        "--sdk", action="store_true", help="replies come back re-serialised by the openai SDK"
+    )
     args = parser.parse_args(argv)
-    figures = run(args.turns, args.redact)
+    figures = run(args.turns, args.redact, args.sdk)
     print(
         f"final history {figures['final_history_bytes']:,} B, store {figures['store_bytes']:,} B,"
         f" ratio {figures['size_ratio']} (target ≤ 1.5); record() median "

@@ -44,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--search", metavar="TEXT", help="full-text search over message content")
     p.add_argument("--workspace", help="only this workspace")
     p.add_argument("--limit", type=parse_count, default=100)
+    p.add_argument(
+        "--errors", action="store_true", help="only sessions with a turn that ended in an error"
+    )
     p = sub.add_parser("show", parents=[common], help="a session's timeline, or one turn")
     p.add_argument("id")
     p.add_argument("--turn", type=parse_count, metavar="N", help="show turn N in full")
@@ -122,6 +125,7 @@ def _list(args: argparse.Namespace, path: Path) -> int:
         search=args.search,
         workspace=args.workspace,
         limit=args.limit,
+        errors=args.errors,
     )
     if args.json:
         _print_json(rows)
@@ -170,6 +174,8 @@ def _show(args: argparse.Namespace, path: Path) -> int:
     for t in info["timeline"]:
         status = "cancelled" if t["cancelled"] else _n(t["status"])
         handoff = f"⇄ {t['handoff']['from']} → {t['handoff']['to']}" if t["handoff"] else ""
+        if t.get("side_call"):  # a client's title or compaction call, not the conversation
+            handoff = ("side call " + handoff).strip()
         cells = (
             t["turn"],
             _when(t["started_at"]),
@@ -223,6 +229,10 @@ def _show_turn(t: dict[str, Any], as_json: bool, max_chars: int | None = None) -
             console.print(f"  [{i}] {_full(m, max_chars)}")
     reply = t["reply"]
     console.print("\nreply: " + (_full(reply, max_chars) if reply else "(none)"))
+    for c in (t.get("choices") or [])[1:]:  # n > 1: choice 0 is the reply above
+        message = c.get("message")
+        shown = _full(message, max_chars) if isinstance(message, dict) else "(none)"
+        console.print(f"choice {c.get('index')}: {shown}")
     if t["error"]:
         console.print("error: " + dumps_text(t["error"]))
     return 0

@@ -41,6 +41,7 @@ from proxy.upstream.forward import (
     send,
 )
 from proxy.upstream.routing import Upstream
+from proxy.upstream.sse import choices_of
 
 log = structlog.get_logger("handoff.exchange")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -61,7 +62,9 @@ class _Turn:
     raw: bytes | None = None
     retried: bool = False
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
-    replanned: Plan | None = None  # the plan of the retry after an overflow, if any
+    replanned: Plan | None = None  # the plan finally sent, when an overflow's retry replaced it
+    session_id: str | None = None  # announced in x-handoff-session (see session_ids)
+    choices: list[dict[str, Any]] | None = None  # every choice, when n > 1
 
     def settle(self, fmt: WireFormat) -> None:
         """Read reply, usage and error out of a non-streamed answer."""
@@ -70,6 +73,7 @@ class _Turn:
                 self.status, self.json_body
             )
             self.error = error or self.error
+            self.choices = choices_of(self.json_body) if self.status < 400 else None
             self.json_body = None
 
 
@@ -77,17 +81,35 @@ def exchange(fmt: WireFormat) -> Handler:
     """The route handler for requests in ``fmt``."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        return await _serve(request, fmt)
+        seen = _Seen()
+        try:
+            return await _serve(request, fmt, seen)
+        except HandoffError as e:
+            if not seen.recorded:
+                record_rejection(request, request.app[SERVICES], fmt, seen, e)
+            raise
 
     handler.__name__ = handler.__qualname__ = f"{fmt.name}_exchange"
     return handler
 
 
-async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
+@dataclass(slots=True)
+class _Seen:
+    """What is known of a request before its exchange starts, for recording a refusal."""
+
+    size: int | None = None
+    req: ChatRequest | None = None
+    upstream: str = ""
+    recorded: bool = False  # the exchange started: it records itself
+
+
+async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.StreamResponse:
     svc = request.app[SERVICES]
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
-    req = fmt.parse(raw, svc.resent(fmt.history_key))
+    seen.size = len(raw)
+    req = seen.req = fmt.parse(raw, svc.resent(fmt.history_key))
     up = svc.router.route(req.model, fmt.upstream_kind)
+    seen.upstream = up.name
     fields = request_fields(request)
     fields.update(model=req.model, upstream=up.name, stream=req.stream)
     if svc.store is not None and svc.settings.store.required and not svc.store.health().ok:
@@ -100,16 +122,14 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
         fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
     workspace = workspace_for(request.headers)
     plan = fmt.own_plan(req) if fmt.own_plan is not None else None
-    if plan is None:
-        try:
-            plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
-        except HandoffError as e:  # refused before any upstream call: recorded all the same
-            refused = _Turn(status=e.status, error=e.body())
-            latency_ms = (time.perf_counter() - t0) * 1000
-            rejected = Plan(body=req.raw, decision=Decision(action="rejected"))
-            _record(svc, request, fmt, req, up, rejected, refused, started, latency_ms)
-            raise
+    if plan is None:  # a refusal here is recorded by the handler (record_rejection)
+        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
     turn = _Turn()
+    seen.recorded = True
+    if svc.store is not None:
+        hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+        turn.session_id = svc.sessions.announce(workspace, hint, req.messages)
+        _announce(plan, turn.session_id)
     try:
         return await _exchange(request, svc, fmt, req, up, plan, turn)
     except asyncio.CancelledError:
@@ -119,8 +139,9 @@ async def _serve(request: web.Request, fmt: WireFormat) -> web.StreamResponse:
         turn.status, turn.error = e.status, e.body()
         raise
     finally:
+        # Log, metrics, calibration and the record all describe the attempt actually sent.
         latency_ms = (time.perf_counter() - t0) * 1000
-        plan = turn.replanned or plan  # what was sent in the end
+        plan = turn.replanned or plan
         fields.update(
             upstream_status=turn.status,
             cancelled=turn.cancelled,
@@ -198,6 +219,8 @@ async def _exchange(
                 client=workspace_for(request.headers),
             )
             turn.replanned = plan
+            if turn.session_id is not None:
+                _announce(plan, turn.session_id)
             continue
         if empty_stream:
             raise _empty_stream(up, turn.retried)
@@ -244,20 +267,23 @@ async def _relay_sse(
 
     outcome = StreamOutcome()
     try:
-        return await relay_stream(request, up, resp, plan.response_headers, tee, outcome, head)
-    except (ConnectionResetError, asyncio.CancelledError):
-        if not assembler.complete:
-            raise
-        # The client left after the answer's end (Codex hangs up on response.completed):
-        # its turn is whole. The response was sent; aiohttp needs nothing more from it.
-        outcome.cancelled = False
-        return web.StreamResponse(status=turn.status)
+        return await relay_stream(
+            request,
+            up,
+            resp,
+            plan.response_headers,
+            tee,
+            outcome,
+            head,
+            lambda: assembler.complete,
+        )
     finally:
-        turn.cancelled = outcome.cancelled and not assembler.complete
+        turn.cancelled = outcome.cancelled and not outcome.complete
         turn.bytes_out = outcome.bytes_out
         turn.reply = assembler.reply()
         turn.usage = dict(assembler.usage) if assembler.usage is not None else None
         turn.finish_reason = assembler.finish_reason
+        turn.choices = assembler.choices()
         turn.error = dict(assembler.error) if assembler.error is not None else None
         if outcome.upstream_error:
             turn.error = _broke_off(outcome)
@@ -282,6 +308,11 @@ async def _relay_large(
         turn.cancelled = outcome.cancelled
         turn.bytes_out = outcome.bytes_out
         turn.error = _broke_off(outcome) if outcome.upstream_error else _not_kept(turn, limit)
+
+
+def _announce(plan: Plan, session_id: str) -> None:
+    """Name the session in the response's headers."""
+    plan.headers = {**plan.response_headers, "x-handoff-session": session_id}
 
 
 def _broke_off(outcome: StreamOutcome) -> dict[str, Any]:
@@ -313,8 +344,8 @@ def _record(
     if svc.store is None:
         return
     hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
-    if not request.headers.get("x-handoff-session", "").strip():
-        hint = _client_session(request, fmt) or hint
+    if turn.session_id is not None:
+        svc.sessions.answered(turn.session_id, workspace_for(request.headers), req.messages)
     params = request_params(req.body) if req.params is None else dict(req.params)
     # By position, in the fields' order: a third of the cost of 21 keywords (bench/NOTES.md).
     # test_chat_record_fields checks each lands.
@@ -343,19 +374,56 @@ def _record(
             turn.json_body,  # answer
             None,  # extends
             fmt.name,  # wire
+            turn.session_id,  # session_id
+            turn.choices,  # choices
         )
     )
     if svc.memories is not None:  # (a session's memory, when due: off the request path)
         svc.memories.note(record, request.headers)
 
 
-def _client_session(request: web.Request, fmt: WireFormat) -> str | None:
-    """The session id the client names in its format's own header, if any."""
-    for name in fmt.session_headers:
-        value = request.headers.get(name, "").strip()
-        if value:
-            return value[:256]
-    return None
+def record_rejection(
+    request: web.Request, svc: Services, fmt: WireFormat, seen: _Seen, error: HandoffError
+) -> None:
+    """Record a request handoff refused itself (bad JSON, unfittable, unknown model…): its
+    status and error body, decision ``rejected``, and its messages when they parsed. Never
+    the body otherwise (it may hold anything); at most ``svc.rejections`` per workspace per
+    minute."""
+    if svc.store is None:
+        return
+    workspace = workspace_for(request.headers)
+    skipped = svc.rejections.admit(workspace)
+    if skipped is None:
+        return
+    req = seen.req
+    body = dict(error.body())
+    if skipped:
+        body["handoff_left_out"] = skipped  # refusals not recorded since the last one
+    if seen.size is not None and req is None:
+        body["request_bytes"] = seen.size
+    hint = (
+        None
+        if req is None
+        else session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    )
+    params: dict[str, Any] = {}
+    if req is not None:
+        params = request_params(req.body) if req.params is None else dict(req.params)
+    svc.store.record(
+        TurnRecord(
+            workspace,
+            time.time(),
+            req.model if req is not None else "",
+            seen.upstream,
+            req.messages if req is not None else [],
+            status=error.status,
+            session_hint=hint,
+            decision=Decision(action="rejected"),
+            error=body,
+            request_params=params,
+            wire=fmt.name,
+        )
+    )
 
 
 chat_completions = exchange(CHAT)

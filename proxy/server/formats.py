@@ -51,6 +51,9 @@ class Assembler(Protocol):
 
     def reply(self) -> dict[str, Any] | None: ...
 
+    def choices(self) -> list[dict[str, Any]] | None:
+        """Every choice (index, message, finish_reason) when there were several."""
+
 
 @dataclass(frozen=True, slots=True)
 class WireFormat:
@@ -72,9 +75,6 @@ class WireFormat:
     it: ask the planner)."""
     history_key: str = "messages"
     """The body's member holding the history a client resends (for :class:`ResentBodies`)."""
-    session_headers: tuple[str, ...] = ()
-    """Headers in which the format's clients name their own session (the first present
-    threads the turn, unless ``x-handoff-session`` is sent)."""
     upstream_kind: str = "openai"
     """Which upstreams (``[[upstreams]] kind``) requests in this format are routed to."""
 
@@ -113,7 +113,6 @@ RESPONSES = WireFormat(
     context_limit=responses_stream.context_limit,
     own_plan=stateful_plan,
     history_key="input",
-    session_headers=("session-id", "session_id", "conversation_id", "thread-id"),
 )
 
 
@@ -126,7 +125,6 @@ ANTHROPIC = WireFormat(
     read_answer=read_message,
     context_limit=overflow_limit,
     error_shape=anthropic_shape,
-    session_headers=("x-claude-code-session-id",),
     upstream_kind="anthropic",
 )
 """Anthropic Messages (``POST /v1/messages``), routed to ``kind = "anthropic"`` upstreams."""

@@ -12,6 +12,8 @@ from proxy.decide.plan import Planner
 from proxy.ingress.incremental_parse import WORTH_REUSING, ResentBodies
 from proxy.server.memory_keeper import MemoryKeeper
 from proxy.server.metrics import Metrics
+from proxy.server.rejections import RejectionBudget
+from proxy.server.session_ids import SessionIds
 from proxy.server.store_gate import StoreGate
 from proxy.store.base import Store
 from proxy.upstream.routing import Router
@@ -29,6 +31,11 @@ class Services:
     bodies: ResentBodies
     """Recent large bodies, so a resent history is not parsed again (see ``resent``),
     within ``server.history_cache_bytes``: :func:`history_cache`."""
+    sessions: SessionIds = field(default_factory=SessionIds)
+    """Which session each request is announced as (``x-handoff-session``)."""
+    rejections: RejectionBudget = field(default_factory=RejectionBudget)
+    """How many of handoff's own refusals each workspace may record."""
+
     other_bodies: dict[str, ResentBodies] = field(default_factory=dict)
     """The same for wire formats whose history is under another key (Responses'
     ``input``), each within the same bound: :meth:`resent`."""

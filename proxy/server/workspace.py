@@ -48,12 +48,28 @@ def _api_key(headers: Mapping[str, str]) -> str:
     )
 
 
+SESSION_HEADERS: tuple[str, ...] = (
+    "x-handoff-session",  # handoff's own: the id its x-handoff-session answer header gave
+    "x-session-id",  # opencode
+    "x-claude-code-session-id",  # Claude Code
+    "session-id",  # Codex
+    "session_id",  # Codex (Responses), other builds
+    "conversation_id",  # Codex, older builds
+    "thread-id",  # Codex (Responses) threads
+)
+"""Request headers in which a client names its own conversation, first found wins, for
+every wire format (chat, Responses, Messages). A client with another header adds it here."""
+
+
 def session_hint(
     headers: Mapping[str, str], body: Mapping[str, object], from_body: bool
 ) -> str | None:
-    explicit = headers.get("x-handoff-session", "").strip()
-    if explicit:
-        return explicit[:256]
+    """The conversation id the client sent (:data:`SESSION_HEADERS`; with ``from_body``,
+    ``metadata.session_id`` or ``user``), cut to 256 characters; None when it sent none."""
+    for name in SESSION_HEADERS:
+        explicit = headers.get(name, "").strip()
+        if explicit:
+            return explicit[:256]
     if from_body:
         meta = body.get("metadata")
         if (

@@ -10,7 +10,8 @@ Interface
 SQLite writer
     ``sqlite`` (the store: a queue and one writer thread), ``write`` (one turn, in the
     caller's transaction) with its steps ``placement`` (threading: which session, what a
-    turn builds on), ``turn_row`` and ``messages`` (each message once, by digest);
+    turn builds on), ``titles`` (a session's title: the person's own words, injected
+    blocks skipped), ``turn_row`` and ``messages`` (each message once, by digest);
     ``canonical`` (digests and chain hashes), ``forwarded`` (what the model was sent, as
     edits of the history), ``indexer`` (full-text indexing and packing, in batches),
     ``calibration``, ``redact``; ``db``, ``migrations`` (the schema below), ``lock`` (one
@@ -40,19 +41,24 @@ The SQLite schema (``migrations`` has every column):
 
 ``messages(id, hash, body)``
     Every message, and every request's other parameters, stored once: ``hash`` is the
-    sha256 of its canonical JSON (sorted keys), ``body`` that JSON, zlib-packed once
-    indexed when smaller. Other tables refer to a message by ``id``.
+    sha256 of its canonical JSON (sorted keys), ``body`` that JSON, zlib-packed on insert
+    when smaller. Other tables refer to a message by ``id``.
 ``sessions(id, workspace, hint, title, parent_session, parent_turn, head_turn, …)``
     A conversation: a straight line of turns. ``hint`` is the client's own name for it
     (unique per workspace); a fork (an edited or regenerated turn) names the session
     and turn it left.
 ``turns(id, session_id, seq, base_turn, base_len, tail, history_hash, ext_hash,
-reply_msg, params_msg, forwarded, decision, …)``
+reply_msg, params_msg, forwarded, decision, wire, choices, side_call, …)``
     One chat request. Its history is the first ``base_len`` messages of turn
     ``base_turn``'s history + reply, then ``tail`` (8-byte message ids), so a long
     conversation stores each message once and a few ids a turn. ``history_hash`` and
     ``ext_hash`` are the chain hashes of the history and of history + reply, by which
-    a new request finds the turn it continues.
+    a new request finds the turn it continues. ``wire`` is the format the client spoke,
+    ``choices`` every choice of an ``n`` > 1 request (JSON), ``side_call`` a client's side
+    call (a title, a compaction) kept in the session it named.
+``session_aliases(alias, session_id)``
+    An id the proxy announced in ``x-handoff-session`` for a turn the writer threaded
+    into a session it knew by another id.
 ``session_messages(message_id, session_id)``
     Which sessions hold which message, so search finds forks too.
 ``messages_fts``, ``index_state(upto)``

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from proxy.decide.decision import Decision
 from proxy.ingress.incremental_parse import Resends
-from proxy.upstream.sse import read_answer
+from proxy.upstream.sse import choices_of, read_answer
 
 
 def request_params(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,6 +73,13 @@ class TurnRecord:
     wire: str = "chat"
     """The wire format the client spoke (``chat``, ``responses``, ``anthropic``): the
     messages are chat-shaped whatever it was, and an export writes them back in it."""
+    session_id: str | None = None
+    """The session the proxy announced (``x-handoff-session``, see
+    ``proxy.server.session_ids``): a new session takes this id; a turn threaded into
+    another session records it as that session's alias."""
+    choices: Sequence[Mapping[str, Any]] | None = None
+    """Every choice (``index``, ``message``, ``finish_reason``) when the client asked for
+    several (``n`` > 1); ``reply`` stays choice 0, the one histories go on with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +108,13 @@ def answer_fields(status: int, answer: bytes) -> dict[str, Any]:
     """What an unparsed answer says, as the record's fields: the reply, finish_reason,
     usage and error."""
     reply, finish_reason, usage, error = read_answer(status, answer)
-    return {"reply": reply, "finish_reason": finish_reason, "usage": usage, "error": error}
+    return {
+        "reply": reply,
+        "finish_reason": finish_reason,
+        "usage": usage,
+        "error": error,
+        "choices": choices_of(answer) if status < 400 else None,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +204,7 @@ class StoreReader(Protocol):
         search: str | None = None,
         workspace: str | None = None,
         limit: int = 100,
+        errors: bool = False,
     ) -> list[dict[str, Any]]: ...
 
     def session(self, ref: str) -> dict[str, Any]: ...

@@ -1,8 +1,9 @@
 """Deferred work on new messages: full-text indexing and compression, in batches.
 
-A turn's writer stores a new message's canonical JSON as is. Indexing its text
-in FTS5 and compressing its body cost far more per message when done one turn
-(one commit) at a time than in a batch: FTS5 builds a segment per transaction.
+A turn's writer stores a new message's canonical JSON packed. Indexing its text in
+FTS5 costs far more per message when done one turn (one commit) at a time than in a
+batch: FTS5 builds a segment per transaction. (Bodies stored unpacked by older
+versions are packed here.)
 So the writer calls :func:`index_pending` every few hundred new messages, every
 couple of seconds, and before it stops; imports call it before they commit.
 

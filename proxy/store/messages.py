@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from proxy.store.canonical import pack_body
 from proxy.store.known import Known
 
 
@@ -42,13 +43,14 @@ def put_message(
 ) -> int:
     """The id of the message with digest ``h``, inserting its canonical ``body`` if new.
 
-    A new body is stored as is; the indexer packs and indexes it later. ``body``
-    may be a callable, so a message the writer already knows is not serialised.
+    A new body is stored packed (zlib when smaller) and the indexer indexes it later:
+    packing later, by UPDATE, shrank rows in place and left the pages half empty until
+    a VACUUM. ``body`` may be a callable, so a message the writer knows is not serialised.
     """
     mid = known.message_ids.get(h)
     if mid is not None:
         return mid
-    raw = body() if callable(body) else body
+    raw = pack_body(body() if callable(body) else body)
     cur = db.execute("INSERT OR IGNORE INTO messages (hash, body) VALUES (?, ?)", (h, raw))
     if cur.rowcount == 1:
         assert cur.lastrowid is not None

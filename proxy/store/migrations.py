@@ -41,6 +41,11 @@ Tables (see ``m001_initial``):
     One structured memory per session (``session_id``, its ``workspace``): the sections
     as JSON ``body``, the Markdown ``text`` recall inserts, ``source`` (``digest`` or
     ``llm``), the ``reason`` it was written and the user ``turns`` it covers.
+``turns.choices`` (m010) holds every choice of an ``n`` > 1 request as JSON;
+``turns.side_call`` (m011) marks a client's side call (title, compaction) in its session.
+``session_aliases``
+    ``alias`` → ``session_id``: an id the proxy announced in ``x-handoff-session`` for a
+    turn the writer threaded into a session it knew by another id.
 ``_migrations``
     The names of the migrations applied, in order.
 """
@@ -195,6 +200,24 @@ def m008_turn_wire(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE turns ADD COLUMN wire TEXT NOT NULL DEFAULT 'chat'")
 
 
+def m009_session_aliases(db: sqlite3.Connection) -> None:
+    """Ids the proxy announced for a session the writer knew by another id."""
+    db.execute(
+        "CREATE TABLE session_aliases (alias TEXT PRIMARY KEY, session_id TEXT NOT NULL)"
+        " WITHOUT ROWID"
+    )
+
+
+def m010_turn_choices(db: sqlite3.Connection) -> None:
+    """Every choice of an ``n`` > 1 request, as JSON (NULL for one choice)."""
+    db.execute("ALTER TABLE turns ADD COLUMN choices TEXT")
+
+
+def m011_side_calls(db: sqlite3.Connection) -> None:
+    """A turn a client made for its own ends (a title, a compaction) in a named session."""
+    db.execute("ALTER TABLE turns ADD COLUMN side_call INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     m001_initial,
     m002_fts,
@@ -204,6 +227,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     m006_writer_progress,
     m007_memories,
     m008_turn_wire,
+    m009_session_aliases,
+    m010_turn_choices,
+    m011_side_calls,
 )
 
 

@@ -11,6 +11,10 @@ Threading rules, in order:
 4. If T is an older turn (the client edited or regenerated an earlier message),
    the request forks: a new session with ``parent_session``/``parent_turn``. Forks
    are separate sessions so every session is a straight line of turns.
+5. Unless a session's latest turn explains the request as well (its history + reply
+   covers all of T's but the last message): then the request continues that session.
+   A rerun of a whole conversation forks once, at its first turn, and the fork goes on
+   as one session instead of one fork per turn (:func:`_head_continued`).
 
 The new turn builds on the turn that *holds* T's leading messages
 (:func:`base_turn`), so a regenerate of a regenerate points at the original and
@@ -123,6 +127,9 @@ class Place:
     prev_model: str | None
     new_session: bool = False
     hint: str | None = None
+    side_call: bool = False
+    """A request the client made in a session it named that shares nothing with it and
+    carries no tools: its title or compaction call, attached to the session it serves."""
 
     @property
     def base_len(self) -> int:
@@ -149,13 +156,26 @@ def _head(db: sqlite3.Connection, sid: str, known: Known) -> tuple[int, str | No
 def _hinted(db: sqlite3.Connection, workspace: str, hint: str, known: Known) -> str | None:
     sid = known.hints.get((workspace, hint))
     if sid is None:
-        row = db.execute(
-            "SELECT id FROM sessions WHERE workspace = ? AND hint = ?", (workspace, hint)
-        ).fetchone()
+        row = (
+            db.execute(
+                "SELECT id FROM sessions WHERE workspace = ? AND hint = ?", (workspace, hint)
+            ).fetchone()
+            or db.execute(  # the full id handoff's x-handoff-session header gave
+                "SELECT id FROM sessions WHERE workspace = ? AND id = ?", (workspace, hint)
+            ).fetchone()
+        )
         sid = None if row is None else str(row[0])
         if sid is not None:
             known.hints[(workspace, hint)] = sid
     return sid
+
+
+def _fresh_id(db: sqlite3.Connection, turn: TurnRecord) -> str:
+    """The id for a new session: the one the proxy announced, unless a session has it."""
+    sid = turn.session_id
+    if sid and db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
+        return sid
+    return new_session_id()
 
 
 def place_turn(
@@ -170,17 +190,42 @@ def place_turn(
     if sid is None and turn.session_hint:
         sid = _hinted(db, turn.workspace, turn.session_hint, known)
         if sid is None:
-            return Place(new_session_id(), 1, None, None, True, turn.session_hint)
+            return Place(_fresh_id(db, turn), 1, None, None, True, turn.session_hint)
     if sid is not None:  # an import, or a session the client named
         seq, model = _head(db, sid, known)
-        return Place(sid, seq + 1, find_match(db, turn.workspace, hashes, sid, known), model)
+        match = find_match(db, turn.workspace, hashes, sid, known)
+        side = into is None and seq > 0 and match is None and not turn.request_params.get("tools")
+        return Place(sid, seq + 1, match, model, side_call=side)
     match = find_match(db, turn.workspace, hashes, known=known)
     if match is None:
-        return Place(new_session_id(), 1, None, None, True)
+        return Place(_fresh_id(db, turn), 1, None, None, True)
     regenerate = match.via_history and match.length == len(hashes) and match.has_reply
     if match.is_head and not regenerate:
         return Place(match.session_id, match.seq + 1, match, match.model)
-    return Place(new_session_id(), 1, match, match.model, True)
+    head = _head_continued(db, turn.workspace, hashes, match.length)
+    if head is not None:
+        return Place(head.session_id, head.seq + 1, head, head.model)
+    return Place(_fresh_id(db, turn), 1, match, match.model, True)
+
+
+_HEADS_ONLY = "AND id IN (SELECT head_turn FROM sessions WHERE workspace = ?)"
+
+
+def _head_continued(
+    db: sqlite3.Connection, workspace: str, hashes: Sequence[bytes], fork_at: int
+) -> Match | None:
+    """A session's latest turn whose history (+ reply) is a strict prefix of ``hashes`` at
+    least ``fork_at - 1`` long: the fork the request goes on with. Asked only when the
+    request would fork, so rarely; one query, against session heads only."""
+    lengths = [n for n in (fork_at, fork_at - 1) if 0 < n < len(hashes)]
+    if not lengths:
+        return None
+    values: list[Any] = []
+    for n in lengths:
+        values += (hashes[n - 1], n)
+    sql = _BEST_SQL.format(values=",".join(["(?, ?)"] * len(lengths)), where=_HEADS_ONLY)
+    row = db.execute(sql, (*values, workspace, workspace, workspace, workspace)).fetchone()
+    return None if row is None else Match(*row[:3], *map(bool, row[3:6]), *row[6:])
 
 
 def base_turn(db: sqlite3.Connection, m: Match, known: Known) -> int:

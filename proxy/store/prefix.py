@@ -100,8 +100,30 @@ class Hashed:
         if not is_plain(message):
             self.raw[i] = body if cleaned is message else canonical(message)
         self.digests.append(d)
-        self.hashes.append(extend_chain(self.hashes[-1] if self.hashes else b"", d))
+        td = thread_digest(cleaned, d)
+        self.hashes.append(extend_chain(self.hashes[-1] if self.hashes else b"", td))
         self.sizes.append(self.sizes[-1] + len(body))
+
+
+_SDK_EMPTY = frozenset({"refusal", "annotations", "audio", "function_call", "tool_calls"})
+"""Fields an SDK writes into an assistant message it re-serialises, empty when unused."""
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value == [] or value == {}
+
+
+def thread_digest(message: Any, d: bytes) -> bytes:
+    """The digest a message threads by: ``d``, or, for an assistant message with empty SDK
+    fields (``refusal: null``, ``annotations: []``, as the openai SDK re-serialises a
+    reply), the digest of it without them, so a reply resent that way still extends its
+    turn. Other messages keep their digest, as stores written before have it."""
+    if type(message) is not dict or message.get("role") != "assistant":
+        return d
+    if not any(k in _SDK_EMPTY and _is_empty(v) for k, v in message.items()):
+        return d
+    kept = {k: v for k, v in message.items() if not (k in _SDK_EMPTY and _is_empty(v))}
+    return digest(canonical(kept))
 
 
 class _Figures(NamedTuple):

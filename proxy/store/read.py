@@ -157,9 +157,16 @@ class SqliteReader:
             raise AmbiguousSession(f"{ref!r} matches several sessions ({ids}); give more of the id")
         if rows:
             return str(rows[0][0])
-        named = db.execute(
-            f"SELECT id FROM sessions WHERE hint = ?{self._scope}", (ref, *self._scope_args)
-        ).fetchall()
+        named = (
+            db.execute(
+                f"SELECT id FROM sessions WHERE hint = ?{self._scope}", (ref, *self._scope_args)
+            ).fetchall()
+            or db.execute(  # an id the x-handoff-session header gave
+                "SELECT id FROM sessions WHERE id IN (SELECT session_id FROM session_aliases"
+                f" WHERE alias = ?){self._scope}",
+                (ref, *self._scope_args),
+            ).fetchall()
+        )
         if len(named) == 1:
             return str(named[0][0])
         if named:
@@ -180,10 +187,14 @@ class SqliteReader:
         search: str | None = None,
         workspace: str | None = None,
         limit: int = 100,
+        errors: bool = False,
     ) -> list[dict[str, Any]]:
-        """Sessions, latest first, filtered by model used, last activity and message text."""
+        """Sessions, latest first, filtered by model used, last activity and message text;
+        with ``errors``, only those with a turn that ended in an error (status ≥ 400)."""
         where: list[str] = ["s.head_turn IS NOT NULL" + self._scope]
         args: list[Any] = [*self._scope_args]
+        if errors:
+            where.append("s.id IN (SELECT session_id FROM turns WHERE status >= 400)")
         if model:
             where.append("s.id IN (SELECT session_id FROM turns WHERE model = ?)")
             args.append(model)
@@ -218,6 +229,15 @@ class SqliteReader:
                 (sid,),
             ).fetchall()
         info["timeline"] = [_timeline_row(r) for r in rows]
+        with self._db() as db:
+            side = {
+                r[0]
+                for r in db.execute(
+                    "SELECT seq FROM turns WHERE session_id = ? AND side_call = 1", (sid,)
+                )
+            }
+        for t in info["timeline"]:
+            t["side_call"] = t["turn"] in side  # a client's title or compaction call
         return info
 
     def turn(self, ref: str, n: int) -> dict[str, Any]:
@@ -253,7 +273,7 @@ class SqliteReader:
         row = db.execute(
             "SELECT id, seq, started_at, model, upstream, status, latency_ms, streamed, cancelled,"
             " n_messages, decision, forwarded, usage, finish_reason, error, handoff_from,"
-            " reply_msg, params_msg, raw_response, wire FROM turns"
+            " reply_msg, params_msg, raw_response, wire, choices FROM turns"
             " WHERE session_id = ? AND seq = ?",
             (sid, n),
         ).fetchone()
@@ -276,6 +296,7 @@ class SqliteReader:
         out["reply"] = orjson.loads(bodies[row[16]]) if row[16] is not None else None
         out["request_params"] = orjson.loads(bodies[row[17]]) if row[17] is not None else {}
         out["raw_response"] = None if row[18] is None else bytes(row[18]).decode("utf-8", "replace")
+        out["choices"] = _loads(row[20])  # every choice of an n > 1 request; reply is choice 0
         return out
 
     def diff(self, ref: str, n: int) -> dict[str, Any]:

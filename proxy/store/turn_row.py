@@ -118,8 +118,8 @@ def _decision(d: Decision | None) -> str | None:
 _INSERT_TURN = """INSERT INTO turns (session_id, seq, workspace, started_at, model, upstream,
     status, latency_ms, streamed, cancelled, base_turn, base_len, tail, n_messages,
     history_hash, ext_hash, reply_msg, params_msg, forwarded, decision, usage, finish_reason,
-    error, raw_response, handoff_from, wire)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    error, raw_response, handoff_from, wire, choices)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 def insert_turn(
@@ -165,6 +165,7 @@ def insert_turn(
             raw,
             prev if prev and prev != turn.model else None,
             turn.wire,
+            _json(clean(turn.choices)) if turn.choices else None,
         ),
     ).lastrowid
     assert tid is not None

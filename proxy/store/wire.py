@@ -24,7 +24,7 @@ from proxy.decide.decision import Decision
 from proxy.ingress.incremental_parse import Resends
 from proxy.store.base import TurnRecord, request_params, settled
 from proxy.store.shipped import HeldMessages, ShippedBodies
-from proxy.upstream.sse import read_answer
+from proxy.upstream.sse import choices_of, read_answer
 
 TURN, CALIBRATION = b"T", b"C"
 _HEAD = struct.Struct("<cIIIQQIQ")  # kind, 3 lengths, seq, base + 1 (0: none), messages, size
@@ -73,7 +73,7 @@ def encode_turn(turn: TurnRecord) -> Job:
         turn.latency_ms, turn.streamed, turn.session_hint,
         turn.decision and turn.decision.as_list(), turn.forwarded,
         turn.reply, turn.usage, turn.finish_reason, turn.error, turn.cancelled,
-        turn.answer is not None, turn.wire,
+        turn.answer is not None, turn.wire, turn.session_id, turn.choices,
     ]  # fmt: skip
     if not body:
         meta += (turn.messages, turn.request_params)
@@ -192,8 +192,8 @@ def _turn(
 ) -> TurnRecord:
     """The record, built by position (as ``exchange`` builds it: keywords cost more)."""
     (workspace, started_at, model, upstream, status, latency_ms, streamed, hint, decision,
-     forwarded, reply, usage, finish_reason, error, cancelled, answer, wire,
-     *extra) = values  # fmt: skip
+     forwarded, reply, usage, finish_reason, error, cancelled, answer, wire, announced,
+     choices, *extra) = values  # fmt: skip
     if parsed is not None:
         messages, params = parsed["messages"], request_params(parsed)
     else:
@@ -203,9 +203,11 @@ def _turn(
     raw_response = raw or None
     if answer:  # read here: one record built, not one and a copy
         reply, finish_reason, usage, error = read_answer(status, raw)
+        choices = choices_of(raw) if status < 400 else None
         raw_response = None
     return TurnRecord(
         workspace, started_at, model, upstream, messages, status, latency_ms, streamed,
         hint, decision, forwarded, reply, usage, finish_reason, error, cancelled,
-        raw_response, params, extends=extends, wire=wire,
+        raw_response, params, extends=extends, wire=wire, session_id=announced,
+        choices=choices,
     )  # fmt: skip

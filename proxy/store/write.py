@@ -25,6 +25,7 @@ from proxy.store.messages import message_text, put_message, squeeze
 from proxy.store.placement import Place, base_turn, find_match, place_turn
 from proxy.store.prefix import Clean, Hashed, PrefixCache
 from proxy.store.redact import masked_id, masked_name, redact_json
+from proxy.store.titles import title_of
 from proxy.store.turn_row import EMPTY_HISTORY, Parts, insert_turn, store_parts
 
 __all__ = [
@@ -61,16 +62,41 @@ def write_turn(
     messages = turn.messages
     hashed = prefixes.hash(turn.workspace, messages, clean, turn.extends)
     place = place_turn(db, turn, hashed.hashes, into, known)
+    m = place.match
+    if m is not None and not m.via_history and m.length > 0:
+        at = m.length - 1
+        if _resent_otherwise(db, m.turn_id, hashed.digests[at]):
+            # The reply came back re-serialised: build on the turn's history and keep the
+            # message as the client resent it.
+            place.match = dataclasses.replace(m, length=at)
     base = base_turn(db, place.match, known) if place.match else None
     parts = store_parts(db, turn, hashed, clean, place.base_len, known)
     tid = insert_turn(db, turn, place, base, parts, clean, redact)
     title = _title(messages, hashed.digests, clean, known) if place.new_session else ""
     _link_session(db, turn, place, tid, title)
+    if place.side_call:
+        db.execute("UPDATE turns SET side_call = 1 WHERE id = ?", (tid,))
+    if turn.session_id and turn.session_id != place.session_id:
+        db.execute(
+            "INSERT OR IGNORE INTO session_aliases VALUES (?, ?)",
+            (turn.session_id, place.session_id),
+        )
     _list_messages(db, place, base, hashed, parts, known)
     _remember(known, turn, place, tid, base, parts)
     if messages:
         prefixes.remember(place.session_id, turn.workspace, messages, hashed, turn.reply, clean)
     return tid
+
+
+def _resent_otherwise(db: sqlite3.Connection, turn_id: int, d: bytes) -> bool:
+    """Whether turn ``turn_id``'s reply is stored by another digest than ``d``, the message
+    the client resent for it (threading by :func:`~proxy.store.prefix.thread_digest`
+    let the two differ in empty SDK fields)."""
+    row = db.execute(
+        "SELECT m.hash FROM turns t JOIN messages m ON m.id = t.reply_msg WHERE t.id = ?",
+        (turn_id,),
+    ).fetchone()
+    return row is not None and bytes(row[0]) != d
 
 
 def _identity(obj: Any) -> Any:
@@ -90,15 +116,16 @@ def _masked_names(turn: TurnRecord) -> TurnRecord:
 def _title(
     messages: Sequence[Mapping[str, Any]], digests: list[bytes], clean: Clean, known: Known
 ) -> str:
-    """The first user message, squeezed: remembered by its digest, as a regenerate or an
-    edit starts a session with the same first message again."""
+    """The first thing the person wrote (:mod:`proxy.store.titles`), remembered by the first
+    user message's digest, as a regenerate or an edit starts a session with it again."""
     for i, m in enumerate(messages):
         if m.get("role") == "user":
             title = known.titles.get(digests[i])
             if title is None:
-                title = squeeze(message_text(clean(m)))
+                title = title_of(clean(m))
                 known.titles[digests[i]] = title
-            return title
+            if title:
+                return title
     return ""
 
 

@@ -109,6 +109,10 @@ class MessageAssembler:
         except orjson.JSONDecodeError:
             block["input"] = {"handoff_unparsed": text}
 
+    def choices(self) -> list[dict[str, Any]] | None:
+        """None: this format answers with one reply (no ``n``)."""
+        return None
+
     def reply(self) -> dict[str, Any] | None:
         for i in list(self._json):
             self._close(i)  # a stream cut off inside a tool_use block

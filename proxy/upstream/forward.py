@@ -171,6 +171,14 @@ class StreamOutcome:
     bytes_out: int = 0
     cancelled: bool = False
     upstream_error: str | None = None
+    complete: bool = False
+    """The upstream's final event (or the body's last byte) was written to the client: what
+    the client does next (close at once, as the openai SDK does after ``[DONE]``) cannot
+    make the answer cancelled."""
+
+
+def _never() -> bool:
+    return False
 
 
 async def relay_stream(
@@ -181,16 +189,18 @@ async def relay_stream(
     tee: Callable[[bytes], None],
     outcome: StreamOutcome,
     head: bytes = b"",
+    finished: Callable[[], bool] = _never,
 ) -> web.StreamResponse:
     """Relay an SSE body chunk by chunk, ``head`` (:func:`first_chunk`) first. A client
     that goes away cancels this task (handler cancellation); the caller then closes
-    the upstream response."""
+    the upstream response. ``finished`` says whether the events teed so far include the
+    stream's final one."""
     out = web.StreamResponse(status=resp.status, headers=response_headers(resp, extra_headers))
     out.headers["X-Accel-Buffering"] = "no"
     out.headers.setdefault("Cache-Control", "no-cache")
     if head:
         tee(head)
-    return await _relay(request, up, resp, out, head, tee, outcome)
+    return await _relay(request, up, resp, out, head, tee, outcome, finished)
 
 
 async def relay_rest(
@@ -221,17 +231,23 @@ async def _relay(
     head: bytes,
     tee: Callable[[bytes], None],
     outcome: StreamOutcome,
+    finished: Callable[[], bool] = _never,
 ) -> web.StreamResponse:
     try:
         await out.prepare(request)
         if head:
             await out.write(head)
             outcome.bytes_out += len(head)
+            outcome.complete = finished()
         async for chunk in resp.content.iter_any():
             tee(chunk)
             await out.write(chunk)
             outcome.bytes_out += len(chunk)
+            outcome.complete = finished()
+        outcome.complete = True
     except (ConnectionResetError, asyncio.CancelledError):
+        if outcome.complete:  # the client hung up after the final event: a whole answer
+            return _kept(out)
         outcome.cancelled = True
         raise
     except (TimeoutError, aiohttp.ClientError) as e:
@@ -252,5 +268,20 @@ async def _relay(
         except ConnectionResetError:
             outcome.cancelled = True
             raise
-    await out.write_eof()
+    try:
+        await out.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        if not outcome.complete:
+            outcome.cancelled = True
+            raise
+        return _kept(out)  # the client closed first, with everything it was sent
+    return out
+
+
+def _kept(out: web.StreamResponse) -> web.StreamResponse:
+    """``out``, answered in full, though the client closed before the handler finished: a
+    cancellation that arrives then is withdrawn, so the exchange ends as complete."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        task.uncancel()
     return out

@@ -78,6 +78,10 @@ class ResponsesAssembler:
         elif kind == "error":
             self.error = {"error": {k: v for k, v in data.items() if k not in _FRAMING}}
 
+    def choices(self) -> list[dict[str, Any]] | None:
+        """None: this format answers with one reply (no ``n``)."""
+        return None
+
     def reply(self) -> dict[str, Any] | None:
         """The assistant message, or None when the stream carried no output."""
         output = self.final.get("output") if self.final is not None else None

@@ -27,6 +27,7 @@ class ReplyAssembler:
         self.model: str | None = None
         self.done = False
         self.events = 0
+        self.others: dict[int, ReplyAssembler] = {}  # choices past the first (``n`` > 1)
 
     @property
     def complete(self) -> bool:
@@ -58,13 +59,20 @@ class ReplyAssembler:
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            if not isinstance(choice, dict):
                 continue
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                self._delta(delta)
+            index = choice.get("index", 0)
+            if index == 0:
+                self._choice(choice)
+            elif isinstance(index, int):
+                self.others.setdefault(index, ReplyAssembler())._choice(choice)
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            self._delta(delta)
 
     def _delta(self, delta: dict[str, Any]) -> None:
         if isinstance(delta.get("role"), str):
@@ -108,6 +116,28 @@ class ReplyAssembler:
         if self.tool_calls:
             msg["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
         return msg
+
+    def choices(self) -> list[dict[str, Any]] | None:
+        """Every choice (index, message, finish_reason) when there were several, else None."""
+        if not self.others:
+            return None
+        subs = {0: self, **self.others}
+        return [
+            {"index": i, "message": subs[i].reply(), "finish_reason": subs[i].finish_reason}
+            for i in sorted(subs)
+        ]
+
+
+def choices_of(body: bytes) -> list[dict[str, Any]] | None:
+    """A non-streamed completion's choices when it has several, else None."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    choices = parsed.get("choices") if isinstance(parsed, dict) else None
+    if not isinstance(choices, list) or len(choices) < 2:
+        return None
+    return [c for c in choices if isinstance(c, dict)]
 
 
 def event_data(buf: bytes) -> tuple[list[bytes], bytes]:

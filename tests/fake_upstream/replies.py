@@ -93,7 +93,7 @@ def build_completion(body: Mapping[str, Any], prompt_tokens: int, trigger: str =
         "object": "chat.completion",
         "created": CREATED,
         "model": body["model"],
-        "choices": [{"index": i, **choice} for i in range(n)],
+        "choices": [{"index": i, **_nth(choice, i)} for i in range(n)],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": used,
@@ -104,6 +104,14 @@ def build_completion(body: Mapping[str, Any], prompt_tokens: int, trigger: str =
         "service_tier": "default",
         "system_fingerprint": FINGERPRINT,
     }
+
+
+def _nth(choice: JSON, i: int) -> JSON:
+    """Choice ``i`` of ``n``: the later ones' text says which they are, so tests can tell."""
+    message = choice["message"]
+    if i == 0 or choice["finish_reason"] != "stop" or not isinstance(message.get("content"), str):
+        return choice
+    return {**choice, "message": {**message, "content": f"{message['content']} (take {i + 1})"}}
 
 
 def _pieces(text: str, count: int) -> list[str]:

@@ -139,6 +139,7 @@ class FakeUpstream:
         stream_chunks: int = 4,
         tool_trigger: str = "tool",
         context_error_style: ContextErrorStyle = "openai",
+        linger_after_done: float = 0.0,
         canned: Mapping[str, str] | None = None,
         overflow_as_empty_stream: bool = False,
         close_kept_alive: bool = False,
@@ -175,7 +176,7 @@ class FakeUpstream:
         self.responder = ResponseMaker(tool_trigger)
         self.count_input: CountInput = strings_tokens
         self.overflow_in_stream = False  # a Responses overflow as response.failed
-        self.linger = 0.0  # seconds a stream stays open after its last event
+        self.linger = linger_after_done  # seconds a stream stays open after its last event
 
     # -- wiring
 

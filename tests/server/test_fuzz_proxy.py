@@ -20,6 +20,7 @@ import gzip
 import io
 import json
 import posixpath
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,8 +146,12 @@ class Rig:
 
     async def recorded_turns(self) -> int:
         def count() -> int:
-            sessions = SqliteReader(self.db).list_sessions(limit=10**9)
-            return sum(int(s["turns"]) for s in sessions)
+            # handoff's own refusals are recorded too, with no latency: they never left it
+            SqliteReader(self.db).list_sessions(limit=1)  # (the store is readable)
+            with sqlite3.connect(self.db) as db:
+                return int(
+                    db.execute("SELECT COUNT(*) FROM turns WHERE latency_ms > 0").fetchone()[0]
+                )
 
         return await asyncio.to_thread(count)
 

@@ -195,7 +195,8 @@ async def test_keys_never_reach_logs_store_or_error_bodies(
     assert sum(e.get("event") == "request" for e in events) >= len(answers)  # logs really there
     stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("h.db"))
     turns = stored_turns(db)
-    assert len(turns) == 7  # every chat request that got past the access check and parsing
+    # Every chat request that got past the access check, handoff's own refusal (400) too.
+    assert len(turns) == 8
     decoded = json.dumps(turns).encode()  # stored bodies may be zlib-packed: read them too
     for where, text in [("logs", logs), ("store", stored), ("turns", decoded)] + [
         (f"answer {i}", a) for i, a in enumerate(answers)

@@ -48,7 +48,7 @@ def test_any_split_of_the_bytes_gives_the_same_reply(cuts: list[int]) -> None:
     assert json.loads(got["tool_calls"][0]["function"]["arguments"]) is not None
     assert asm.usage == completion["usage"]
     assert asm.finish_reason == "tool_calls"
-    assert asm.done
+    assert asm.complete
 
 
 def test_text_reply_and_crlf_events() -> None:

@@ -33,8 +33,9 @@ Memories
 Export and import
     ``export`` with ``portable`` (the portable JSON format, versioned, with its upgrade),
     ``markdown``, ``anthropic_messages`` (Messages bodies, both ways), ``responses_input``
-    (OpenAI Responses bodies) and ``ollama_chat`` (``/api/chat`` bodies); ``importers`` (other tools' saved conversations, one module
-    per tool behind a registry); ``admin`` (imports and prunes the CLI writes directly).
+    (OpenAI Responses bodies) and ``ollama_chat`` (``/api/chat`` bodies); ``importers``
+    (other tools' saved conversations, one module per tool behind a registry); ``admin``
+    (imports and prunes the CLI writes directly).
 
 The SQLite schema (``migrations`` has every column):
 

@@ -30,6 +30,10 @@ DEFAULT_MAX_TOKENS = 4096
 """The Messages API requires ``max_tokens``; this when the turn did not set one."""
 _SHARED = ("temperature", "top_p")
 _LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+_NOT_WRITTEN_BACK = ("system", "thinking")
+"""A Messages turn's fields an Anthropic body leaves out: ``system`` is what the messages
+hold (compressed or not), and ``thinking`` would ask for thinking blocks in the history
+that cannot be written back (the store keeps their text, not their signatures)."""
 
 
 def export(
@@ -97,7 +101,8 @@ def body(
         return ollama_chat.chat_body(model, messages)
     system, converted = anthropic_messages.from_openai(messages)
     limit = params.get("max_tokens") or DEFAULT_MAX_TOKENS
-    out: dict[str, Any] = {"model": model, "max_tokens": limit}
+    kept = {k: v for k, v in params.items() if k not in _NOT_WRITTEN_BACK}
+    out: dict[str, Any] = {"model": model, **kept, "max_tokens": limit}
     if system:
         out["system"] = system
     out["messages"] = converted

@@ -177,3 +177,8 @@ async def test_anthropic_session_exports_as_a_body_the_api_accepts(
     status, answer = await _post(up.url + "/messages", body, headers)
     assert status == 200, answer
     assert _export(capsys, db, sid, "--format", "native") == body
+    sent = _export(capsys, db, sid, "--sent", "--format", "native")
+    assert sent["tools"] == [tool] and sent["system"] == system and "thinking" not in sent
+    assert sent["max_tokens"] == 500 and sent["messages"] == body["messages"][:3]
+    status, answer = await _post(up.url + "/messages", sent, headers)
+    assert status == 200, answer

@@ -58,7 +58,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser("export", parents=[common], help="export a session")
     p.add_argument("id")
     p.add_argument("--turn", type=parse_count, metavar="N", help="export up to turn N")
-    p.add_argument("--format", choices=FORMATS, default="portable")
+    how = (
+        "portable JSON, Markdown, a request body for that API, or native: the body in"
+        " the format the session was recorded in"
+    )
+    p.add_argument("--format", choices=FORMATS, default="portable", help=how)
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument("--progress", action="store_true", help="report turns read on stderr")
     p.add_argument("--sent", action="store_true", help="what the turn sent, not the history")

@@ -1,6 +1,7 @@
 """``handoff sessions resume ID --model M``: a session's full history, fitted to M's
 window by the proxy's engine, as a request body for another tool or server
-(``--format openai|anthropic|ollama``; ``-o FILE``). What it had to drop goes to stderr.
+(``--format openai|responses|anthropic|ollama``, or ``native``: the format the session
+was recorded in; ``-o FILE``). What it had to drop goes to stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from proxy.cli.resume_fit import dropped, fit
 from proxy.config import load_settings
 from proxy.errors import HandoffError
-from proxy.store.export import BODY_FORMATS, body, export
+from proxy.store.export import BODY_FORMATS, body, history
 from proxy.store.jsonout import dumps_text
 from proxy.store.messages import message_text, squeeze
 from proxy.store.read import SqliteReader
@@ -40,17 +41,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, store: Path) -> int:
     settings = load_settings(getattr(args, "config", None))
     reader = SqliteReader(store)
-    doc = export(reader, args.id, "openai")
-    assert isinstance(doc, dict)
-    history = doc["messages"]
+    messages, wire = history(reader, args.id)
     try:
-        plan = asyncio.run(fit(settings, args.model, history, reader.load_calibration()))
+        plan = asyncio.run(fit(settings, args.model, messages, reader.load_calibration()))
     except HandoffError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    sent = plan.forwarded if plan.forwarded is not None else history
-    _say(args.model, plan.decision, history, sent)
-    text = dumps_text(body(args.format, args.model, sent, {}), indent=True) + "\n"
+    sent = plan.forwarded if plan.forwarded is not None else messages
+    _say(args.model, plan.decision, messages, sent)
+    text = dumps_text(body(args.format, args.model, sent, {}, wire), indent=True) + "\n"
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {args.output}", file=sys.stderr)

@@ -41,7 +41,9 @@ WORKSPACE_STATE = "handoff_workspace"
 HOME_STATE = "handoff_home"
 """And the workspace its key owns, sub-workspaces included: what it may read."""
 
-ExportFormat = Literal["portable", "openai", "markdown"]
+ExportFormat = Literal[
+    "portable", "openai", "responses", "anthropic", "ollama", "native", "markdown"
+]
 
 
 @dataclass(slots=True)
@@ -218,7 +220,9 @@ def build_mcp(world: McpWorld) -> MCPServer:
     def export_session(
         id: str, format: ExportFormat = "portable", ctx: Context | None = None
     ) -> dict[str, Any]:
-        """A session as a portable document, an OpenAI request or Markdown (a string)."""
+        """A session as a portable document, a request body (OpenAI chat, OpenAI Responses,
+        Anthropic Messages, Ollama; ``native``: the format it was recorded in) or Markdown
+        (a string)."""
         reader, _ = world.scope(ctx)
         return {"format": format, "document": _guard(lambda: export(reader, id, format))}
 

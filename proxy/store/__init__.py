@@ -33,9 +33,10 @@ Memories
     by an LLM when one is configured).
 Export and import
     ``export`` with ``portable`` (the portable JSON format, versioned, with its upgrade),
-    ``markdown``, ``anthropic_messages`` (Messages bodies, both ways) and ``ollama_chat``
-    (``/api/chat`` bodies); ``importers`` (other tools' saved conversations, one module
-    per tool behind a registry); ``admin`` (imports and prunes the CLI writes directly).
+    ``markdown``, ``anthropic_messages`` (Messages bodies, both ways), ``responses_input``
+    (OpenAI Responses bodies) and ``ollama_chat`` (``/api/chat`` bodies); ``importers``
+    (other tools' saved conversations, one module per tool behind a registry); ``admin``
+    (imports and prunes the CLI writes directly).
 
 The SQLite schema (``migrations`` has every column):
 

@@ -96,6 +96,10 @@ async def test_every_tool_over_stdio(server: StdioServerParameters) -> None:
         assert doc["document"]["conversation_id"] == sid
         md = await _ok(c, "export_session", {"id": sid, "format": "markdown"})
         assert isinstance(md["document"], str) and sid in md["document"]
+        responses = await _ok(c, "export_session", {"id": sid, "format": "responses"})
+        assert responses["document"]["input"] and "messages" not in responses["document"]
+        native = await _ok(c, "export_session", {"id": sid, "format": "native"})
+        assert native["document"]["messages"]  # (recorded as chat)
         await _bad(c, "export_session", {"id": sid, "format": "pdf"}, "format")
 
         nothing = await _ok(c, "recall", {})

@@ -115,3 +115,28 @@ def test_markdown_shows_reasoning_and_images(
     text = _out(capsys, "sessions", "export", sid, "--format", "markdown", "--store", str(store))
     assert "> *reasoning:* Look at the Makefile first." in text
     assert "*[image_url]*" in text and "**tool call** `apply_patch` (call_b)" in text
+
+
+def test_responses_body(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An imported Codex session as a Responses body: its leading system message (the
+    importer's, from Codex's developer item) the instructions, the image an input_image,
+    each call before its output by call_id, the reasoning left out; ``native`` for a session not recorded by the proxy is chat."""
+    store, sid = _imported(tmp_path, capsys)
+    body = json.loads(_out(capsys, "sessions", "export", sid, "--format", "responses",
+                           "--store", str(store)))  # fmt: skip
+    assert body["model"] == "gpt-5-codex"
+    assert body["instructions"] == "<permissions>sandboxed</permissions>"
+    first = body["input"][0]
+    assert first["role"] == "user" and first["content"][0]["text"].startswith("<environment")
+    parts = [p for i in body["input"] if i["type"] == "message" for p in i["content"]]
+    assert {"type": "input_image", "image_url": f"data:image/png;base64,{fx.PNG}",
+            "detail": "auto"} in parts  # fmt: skip
+    kinds = [(i["type"], i.get("call_id")) for i in body["input"]]
+    calls = [c for k, c in kinds if k == "function_call"]
+    assert calls == ["call_a", "call_b", "call_c"]
+    assert all(kinds.index(("function_call", c)) < kinds.index(("function_call_output", c))
+               for c in calls)  # fmt: skip
+    assert "reasoning" not in {k for k, _ in kinds} and "Makefile first" not in json.dumps(body)
+    native = json.loads(_out(capsys, "sessions", "export", sid, "--format", "native",
+                             "--store", str(store)))  # fmt: skip
+    assert set(native) == {"model", "messages"}

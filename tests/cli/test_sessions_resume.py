@@ -59,3 +59,15 @@ def test_resume_that_fits_drops_nothing(
     assert "fits gpt-4o" in capsys.readouterr().err
     body = json.loads(out.read_text())
     assert len(body["messages"]) == 41 and body["stream"] is False
+
+
+def test_resume_as_a_responses_body(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--format responses: the fitted history with its system prompt as instructions."""
+    sid = SqliteReader(store).list_sessions()[0]["id"]
+    assert cli("sessions", "resume", sid, "--model", "tiny-1k", "--format", "responses",
+               "--store", str(store)) == 0  # fmt: skip
+    body = json.loads(capsys.readouterr().out)
+    assert body["model"] == "tiny-1k" and body["instructions"] == "You are terse."
+    assert 2 < len(body["input"]) < 40
+    last = body["input"][-1]
+    assert last["role"] == "assistant" and last["content"][0]["text"].startswith("answer 19:")

@@ -69,6 +69,13 @@ async def test_errors_are_openai_shaped(seeded: Path, aiohttp_client: Client) ->
         params={"format": "anthropic", "sent": "1", "turn": "1"},
     )
     assert resp.status == 200 and (await resp.json())["max_tokens"] == 4096
+    resp = await client.get(
+        f"/handoff/v1/sessions/{sid}/export",
+        params={"format": "responses", "sent": "1", "turn": "2"},
+    )
+    assert resp.status == 200 and (await resp.json())["input"][-1]["type"] == "message"
+    resp = await client.get(f"/handoff/v1/sessions/{sid}/export", params={"format": "native"})
+    assert resp.status == 200 and "messages" in await resp.json()
     resp = await client.get("/handoff/v1/sessions", params={"since": "yesterday"})
     assert resp.status == 400
     resp = await client.get(f"/handoff/v1/sessions/{sid}/turns/two")

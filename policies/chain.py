@@ -21,7 +21,7 @@ from policies.elide_arguments import ElideArguments
 from policies.elide_tool_results import ElideToolResults
 from policies.errors import ContextTooLarge
 from policies.fitting import DROP, Fitting, Rewriter
-from policies.last_resort import LAST_RESORT, DropRecent, ShrinkNote
+from policies.last_resort import LAST_RESORT, DropRecent, ShrinkNote, regrow_note
 from policies.rewriting import RewriteLevel
 from policies.summarize import Summarize
 from policies.trim_pastes import TrimPastes
@@ -88,6 +88,8 @@ async def compress(
             if fit.tokens() <= ctx.budget:
                 break
             moved[level.name] = await level.extend(fit, last)
+        if moved.get(ShrinkNote.name):  # later last resorts may have left room for it
+            moved[ShrinkNote.name] = regrow_note(fit, last) or moved[ShrinkNote.name]
     out, origins = fit.render()
     after = ctx.count(out)
     if after > ctx.budget:

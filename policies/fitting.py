@@ -29,7 +29,8 @@ each move of the cut appends a block to the note, so a prompt cache that matches
 tokens (llama.cpp, vLLM) keeps the note's start."""
 
 RECENT_SHARE = 2
-"""The newest tool results are spared while together they take at most 1/2 the budget."""
+"""The newest tool results are spared while together with their calls (the units that
+hold them) they take at most 1/2 the budget."""
 
 DROP = "drop"
 """The name of the dropping levels' shared mark (truncate, summarize, middle-out)."""
@@ -190,7 +191,8 @@ class Fitting:
         return self.ctx.count(self.render()[0])
 
     def _fits_recent(self, indices: Sequence[int]) -> bool:
-        """Do these tool results fit the recent part's share of the budget (half)?"""
+        """Do these messages (the units of the newest tool results) fit the recent part's
+        share of the budget (half)?"""
         return sum(self.size(self.msgs[i]) for i in indices) <= self.ctx.budget // RECENT_SHARE
 
     def size(self, message: Message) -> int:

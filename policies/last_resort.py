@@ -19,10 +19,10 @@ from policies import digest
 from policies.base import Mark, Message, PolicyContext
 from policies.elide_arguments import ElideArguments
 from policies.elide_tool_results import ElideToolResults
-from policies.fitting import DROP, Fitting
+from policies.fitting import DROP, NOTE_HEADER, Fitting
 from policies.rewriting import RewriteLevel
 from policies.trim import head_tail, map_text, text_of
-from policies.truncate import Note, drop_more
+from policies.truncate import Note, drop_more, note_chars
 from policies.units import TOOL_ROLES
 
 MIN_KEEP = 200
@@ -65,6 +65,29 @@ class ShrinkNote:
             fit.mark(DROP, mark.upto, blocks=(f"\n\n— {len(gone):,} message(s).",), keep=1)
             return "shrank the note to a count"
         return f"rewrote the note's digest in {room:,} characters"
+
+
+def regrow_note(fit: Fitting, ctx: PolicyContext) -> str:
+    """Write a note shrunk this turn back in the largest room that fits now, whole
+    first: the shrink runs before the recent results are stubbed, and once they are,
+    the room it freed may be more than the digest needed. Returns a note on what it
+    did, "" when the note stays as it is."""
+    mark = fit.marks.get(DROP)
+    if mark is None or not mark.keep or fit.tokens() > ctx.budget:
+        return ""
+    gone = [fit.msgs[i] for i in fit.dropped()]
+    full = note_chars(ctx) - len(NOTE_HEADER)
+    room = full
+    while room > max(mark.keep, MIN_KEEP):
+        text, seen = digest.block(gone, (), room)
+        fit.mark(DROP, mark.upto, blocks=(text,), seen=seen, keep=0 if room == full else room)
+        if fit.tokens() <= ctx.budget:
+            if room == full:
+                return "wrote the note's digest whole again"
+            return f"rewrote the note's digest in {room:,} characters"
+        room //= 2
+    fit.marks[DROP] = mark
+    return ""
 
 
 class ElideRecentResults(ElideToolResults):

@@ -25,6 +25,11 @@ MIN_BLOCK_CHARS = 240
 """A new block gets at least this much room, else the digest is rewritten as one."""
 
 
+WORTH = 8
+"""A move of the drop mark that cannot reach the low-water target must free at least
+1/8 of the room between the target and the budget, else the prompt stays as it is."""
+
+
 def note_chars(ctx: PolicyContext) -> int:
     """The most the note may hold, in characters: about a sixth of the budget."""
     return 4 * max(120, min(1500, ctx.budget // 6))
@@ -102,6 +107,8 @@ async def drop_more(fit: Fitting, ctx: PolicyContext, writer: BlockWriter, *, re
         if total - saved + bound <= ctx.aim:
             chosen = k
             break
+    if not recent and total <= ctx.budget and not worth_moving(total, saved, ctx):
+        return 0
     while True:
         newly = [fit.msgs[i] for u in units[: chosen + 1] for i in u]
         everything = [fit.msgs[i] for i in sorted(gone)] + newly
@@ -111,6 +118,16 @@ async def drop_more(fit: Fitting, ctx: PolicyContext, writer: BlockWriter, *, re
         if chosen == len(units) - 1 or fit.tokens() <= ctx.aim:
             return len(newly)
         chosen = min(len(units) - 1, chosen + 1 + (len(units) - chosen) // 8)
+
+
+def worth_moving(total: int, most: int, ctx: PolicyContext) -> bool:
+    """Is a move of the drop mark that can save at most ``most`` tokens, from a prompt of
+    ``total`` that already fits the budget, worth changing the prefix for? Yes when it
+    reaches the low-water target, or frees a fair share (:data:`WORTH`) of the room
+    between the target and the budget; a move that frees a few stubbed messages only
+    (the recent part keeps the prompt above the target) would move again every turn,
+    and each time rewrite the note near the prompt's start."""
+    return total - most <= ctx.aim or WORTH * most >= ctx.budget - ctx.aim
 
 
 def restore_note(fit: Fitting, ctx: PolicyContext) -> bool:

@@ -5,8 +5,8 @@ it, so an assistant ``tool_calls`` message and its results are rewritten, kept o
 dropped together and no tool result is ever orphaned. *Pinned* are every system and
 developer message wherever it stands and the newest user message: never dropped.
 *Recent* is everything from the unit holding the newest ``keep`` tool results (as
-many of them as fit half the budget, the newest always; or the last unit, if that
-starts later) to the end: an agent's tool loop after the newest user message is
+many of them as fit half the budget with their calls, the newest always; or the last
+unit, if that starts later) to the end: an agent's tool loop after the newest user message is
 ordinary units, and only its recent part is spared.
 """
 
@@ -98,9 +98,10 @@ def shape(
 ) -> Shape:
     """Units, the pinned messages and where the recent part starts. ``pin_opening``
     pins everything up to and including the first user message too (middle-out).
-    ``room`` says whether the tool results at some indices fit the share of the budget
-    the recent part may take; the newest results are kept while it does (at most
-    ``keep``, the newest one always)."""
+    ``room`` says whether the messages at some indices (the units holding the newest
+    results: calls and their results) fit the share of the budget the recent part may
+    take; the newest results are kept while it does (at most ``keep``, the newest one
+    always)."""
     us = units(messages)
     user = newest_user(messages)
     pinned = {i for i, m in enumerate(messages) if m.get("role") in PINNED_ROLES}
@@ -111,7 +112,7 @@ def shape(
     tools = [i for i, m in enumerate(messages) if m.get("role") in TOOL_ROLES]
     if keep > 0 and tools:
         kept = tools[-keep:]
-        while room is not None and len(kept) > 1 and not room(kept):
+        while room is not None and len(kept) > 1 and not room(_whole(kept, us)):
             kept = kept[1:]
         oldest_kept = kept[0]
         for u in us:
@@ -119,6 +120,19 @@ def shape(
                 recent = min(recent, u.start)
                 break
     return Shape(tuple(us), user, recent, frozenset(pinned))
+
+
+def _whole(results: Sequence[int], us: Sequence[range]) -> list[int]:
+    """The messages of the units that hold these tool results (in order, oldest first):
+    a call's arguments (a file written) weigh on the recent part as its output does."""
+    wanted = set(results)
+    out: list[int] = []
+    for u in reversed(us):
+        if u.stop <= results[0]:
+            break
+        if wanted.intersection(u):
+            out[:0] = u
+    return out
 
 
 def pinned(messages: Sequence[Message]) -> list[Message]:

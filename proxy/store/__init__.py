@@ -14,8 +14,10 @@ SQLite writer
     blocks skipped), ``turn_row`` and ``messages`` (each message once, by digest);
     ``canonical`` (digests and chain hashes), ``forwarded`` (what the model was sent, as
     edits of the history), ``indexer`` (full-text indexing and packing, in batches),
-    ``calibration``, ``redact``; ``db``, ``migrations`` (the schema below), ``lock`` (one
-    writer per file), ``files`` (private permissions), ``ids``, ``retention``.
+    ``calibration`` and ``side_rows`` (calibration, limits, summaries, memories and
+    the reader, the same for both writers), ``redact``; ``db``, ``migrations`` (the
+    schema below), ``lock`` (one writer per file), ``files`` (private permissions),
+    ``ids``, ``retention``.
 Speed (none changes what is stored: property tests hold the writer with ``prefix`` and
 ``known`` to the rows of the plain path, and the shipped bodies to the bodies sent)
     ``process``, ``writer_process``, ``wire``, ``shipped`` and ``progress`` (the writer in a

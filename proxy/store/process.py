@@ -36,19 +36,11 @@ from typing import IO, Any
 import orjson
 import structlog
 
-from proxy.store import memories
-from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s
-from proxy.store.calibration import (
-    limits_row,
-    load_calibration,
-    load_limits,
-    load_summary,
-    summary_row,
-)
+from proxy.store.base import StoreHealth, TurnRecord, age_s
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
-from proxy.store.read import SqliteReader
 from proxy.store.shipped import ShippedBodies
+from proxy.store.side_rows import SideRows
 from proxy.store.wire import TURN, Job, encode_calibration, encode_turn, frames
 from proxy.store.writer_process import HEAD
 
@@ -91,7 +83,7 @@ class _Child:
     settling: threading.Lock = field(default_factory=threading.Lock)
 
 
-class ProcessStore:
+class ProcessStore(SideRows):
     """A :class:`~proxy.store.base.Store` whose SQLite writer runs in a child process."""
 
     def __init__(
@@ -227,28 +219,6 @@ class ProcessStore:
         """The writer process's pid (for operators and tests), None before it starts."""
         child = self._child
         return child.proc.pid if child else None
-
-    def load_calibration(self) -> dict[str, Any]:
-        return load_calibration(self.path)
-
-    def save_limits(self, data: Mapping[str, Any]) -> None:
-        self.save_calibration(limits_row(data))
-
-    def load_limits(self) -> dict[str, Any]:
-        return load_limits(self.path)
-
-    def save_summary(self, key: str, text: str) -> None:
-        self.save_calibration(summary_row(key, text))
-
-    def load_summary(self, key: str) -> str | None:
-        return load_summary(self.path, key)
-
-    def reader(self) -> SqliteReader:
-        return SqliteReader(self.path)
-
-    def save_memory(self, memory: MemoryRecord) -> None:
-        """One short transaction of its own, beside the writer's (``memories``)."""
-        memories.save(self.path, memory, redact=self.redact)
 
     # -- lifecycle ----------------------------------------------------------
     async def start(self) -> None:

@@ -37,15 +37,10 @@ from typing import Any
 import orjson
 import structlog
 
-from proxy.store import memories, retention
-from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s, settled
+from proxy.store import retention
+from proxy.store.base import StoreHealth, TurnRecord, age_s, settled
 from proxy.store.calibration import (
-    limits_row,
-    load_calibration,
-    load_limits,
-    load_summary,
     save_calibration,
-    summary_row,
 )
 from proxy.store.checkpoint import BACKSTOP_PAGES, Checkpointer
 from proxy.store.db import connect
@@ -55,7 +50,7 @@ from proxy.store.lock import WriterLock, claim
 from proxy.store.pacing import Pacer, release_gil
 from proxy.store.prefix import PrefixCache
 from proxy.store.progress import advance, begin
-from proxy.store.read import SqliteReader
+from proxy.store.side_rows import SideRows
 from proxy.store.write import write_turn
 
 log = structlog.get_logger("handoff.store")
@@ -89,7 +84,7 @@ class _State:
     since_cap_check: int = field(default=0)
 
 
-class SqliteStore:
+class SqliteStore(SideRows):
     """The default :class:`~proxy.store.base.Store`, in one SQLite file."""
 
     def __init__(
@@ -251,28 +246,6 @@ class SqliteStore:
         if self._writer_lock is not None:
             self._writer_lock.release()
             self._writer_lock = None
-
-    def load_calibration(self) -> dict[str, Any]:
-        return load_calibration(self.path)
-
-    def save_limits(self, data: Mapping[str, Any]) -> None:
-        self.save_calibration(limits_row(data))
-
-    def load_limits(self) -> dict[str, Any]:
-        return load_limits(self.path)
-
-    def save_summary(self, key: str, text: str) -> None:
-        self.save_calibration(summary_row(key, text))
-
-    def load_summary(self, key: str) -> str | None:
-        return load_summary(self.path, key)
-
-    def reader(self) -> SqliteReader:
-        return SqliteReader(self.path)
-
-    def save_memory(self, memory: MemoryRecord) -> None:
-        """One short transaction of its own, beside the writer's (``memories``)."""
-        memories.save(self.path, memory, redact=self.redact)
 
     # -- the writer thread --------------------------------------------------
     def _take(self) -> list[_Job] | None:

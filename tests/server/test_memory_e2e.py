@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from proxy.store.read import SqliteReader
 from tests.conftest import MakeProxy
 from tests.fake_upstream import FakeUpstream
 from tests.fixtures_upstream import FakeUpstreamFactory
+from tests.server.memory_waits import memories_in, until
 
 
 def _call(name: str, **args: Any) -> dict[str, Any]:
@@ -24,21 +24,6 @@ def _call(name: str, **args: Any) -> dict[str, Any]:
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(args)},
     }
-
-
-async def _until(check: Callable[[], Any], timeout: float = 8.0) -> Any:
-    async with asyncio.timeout(timeout):
-        while not (found := check()):
-            await asyncio.sleep(0.05)
-    return found
-
-
-def _memories(db: Path) -> list[dict[str, Any]]:
-    try:
-        reader = SqliteReader(db)
-        return [m for s in reader.list_sessions() if (m := reader.memory(s["id"])) is not None]
-    except Exception:
-        return []
 
 
 async def _play(
@@ -68,12 +53,12 @@ async def test_a_memory_at_eight_turns_then_every_eight(
     proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": "thread"})
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
     history = await _play(client, WORK[:7])
-    await _until(lambda: SqliteReader(db).list_sessions())
+    await until(lambda: SqliteReader(db).list_sessions())
     await asyncio.sleep(0.5)
-    assert _memories(db) == []
+    assert memories_in(db) == []
     history.append({"role": "user", "content": WORK[7]})
     await client.chat.completions.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
-    (mem,) = await _until(lambda: _memories(db))
+    (mem,) = await until(lambda: memories_in(db))
     assert (mem["reason"], mem["turns"], mem["source"]) == ("turns", 8, "digest")
     assert mem["memory"]["goal"] == WORK[0]
     assert all(f"## {s}" in mem["text"] for s in SECTIONS)
@@ -83,7 +68,7 @@ async def test_a_memory_at_eight_turns_then_every_eight(
         history.append({"role": "user", "content": ask})
         r = await client.chat.completions.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
         history.append({"role": "assistant", "content": r.choices[0].message.content})
-    await _until(lambda: any(m["turns"] == 16 for m in _memories(db)))
+    await until(lambda: any(m["turns"] == 16 for m in memories_in(db)))
     await client.close()
 
 
@@ -96,11 +81,11 @@ async def test_a_memory_when_the_user_asks(
     proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": writer})
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
     await _play(client, ["Use port 8443 for the admin API.", "remember this"])
-    (mem,) = await _until(lambda: _memories(db))
+    (mem,) = await until(lambda: memories_in(db))
     assert (mem["reason"], mem["turns"]) == ("asked", 2)
     assert mem["memory"]["goal"] == "Use port 8443 for the admin API."
     await _play(client, ["Rename the CLI flag to --port.", "记住"])
-    await _until(lambda: len(_memories(db)) == 2)
+    await until(lambda: len(memories_in(db)) == 2)
     await client.close()
 
 
@@ -116,11 +101,11 @@ async def test_a_memory_when_handed_to_another_model_or_compressed(
     )
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
     await _play(client, ["one", "two", "three"], model=["gpt-4o", "gpt-4o", "gpt-4o-mini"])
-    (mem,) = await _until(lambda: _memories(db))
+    (mem,) = await until(lambda: memories_in(db))
     assert (mem["reason"], mem["turns"]) == ("handoff", 3)
     big = "x " * 5000  # three of these overflow small-8k (with its quarter kept for output)
     await _play(client, [f"a {big}", f"b {big}", f"c {big}", "d"], model="small-8k")
-    found = await _until(lambda: [m for m in _memories(db) if m["reason"] == "compressed"])
+    found = await until(lambda: [m for m in memories_in(db) if m["reason"] == "compressed"])
     assert found[0]["turns"] >= 3
     await client.close()
 
@@ -142,7 +127,7 @@ async def test_the_llm_refines_the_memory_and_its_failure_keeps_the_digest(
         )
         client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
         await _play(client, ["Build the parser.", "save"])
-        (mem,) = await _until(lambda db=db: _memories(db))
+        (mem,) = await until(lambda db=db: memories_in(db))
         assert mem["source"] == source, model
         if source == "llm":
             assert mem["text"] == text and mem["memory"]["llm"]["Task goal"] == "from the llm"
@@ -163,7 +148,7 @@ async def test_memories_never_cross_workspaces(
     two = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-two", max_retries=0)
     await _play(one, ["first key's work", "remember this"])
     await _play(two, ["second key's work", "remember this"])
-    mems = await _until(lambda: len(_memories(db)) == 2 and _memories(db))
+    mems = await until(lambda: len(memories_in(db)) == 2 and memories_in(db))
     by_ws = {m["workspace"]: m for m in mems}
     assert len(by_ws) == 2
     reader = SqliteReader(db)
@@ -186,6 +171,6 @@ async def test_a_memory_is_redacted_as_messages_are(
     )
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
     await _play(client, [f"Deploy with the key {secret} to staging.", "remember this"])
-    (mem,) = await _until(lambda: _memories(db))
+    (mem,) = await until(lambda: memories_in(db))
     assert secret not in mem["text"] and secret not in json.dumps(mem["memory"])
     await client.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +14,9 @@ from proxy.decide.recall import HEADER, RECALLED_HEADER
 from proxy.store.read import SqliteReader
 from tests.conftest import MakeProxy, ProxyHandle
 from tests.fake_upstream import FakeUpstream
+from tests.server.memory_waits import memories_in, until
 
 MARK = "[handoff: recalled memory"
-
-
-async def _until(check: Callable[[], Any], timeout: float = 8.0) -> Any:
-    async with asyncio.timeout(timeout):
-        while not (found := check()):
-            await asyncio.sleep(0.05)
-    return found
-
-
-def _memories(db: Path) -> list[dict[str, Any]]:
-    try:
-        reader = SqliteReader(db)
-        return [m for s in reader.list_sessions() if (m := reader.memory(s["id"])) is not None]
-    except Exception:
-        return []
 
 
 async def _session(proxy: ProxyHandle, db: Path, key: str, asks: list[str]) -> None:
@@ -68,7 +53,7 @@ async def _worked(
         "sk-one",
         ["We decided to use a token bucket for src/limits.py.", "remember this"],
     )
-    await _until(lambda: _memories(db))
+    await until(lambda: memories_in(db))
     return proxy, db
 
 
@@ -82,7 +67,7 @@ async def test_new_in_the_same_workspace_gets_the_memory_and_keeps_it_byte_stabl
     """`/new` gets one marked message after the system prompt, named in the header and
     recorded as a step; the next turn sends it again, byte for byte."""
     proxy, db = await _worked(fake_upstream, make_proxy, tmp_path)
-    (mem,) = _memories(db)
+    (mem,) = memories_in(db)
     opening = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "/new"},
@@ -192,7 +177,7 @@ async def test_the_header_names_a_session_of_its_own_workspace_only(
     """`x-handoff-recall: <session id>` recalls that session for its own workspace; from
     another workspace the id names nothing."""
     proxy, db = await _worked(fake_upstream, make_proxy, tmp_path)
-    (mem,) = _memories(db)
+    (mem,) = memories_in(db)
     sid = mem["session_id"]
     _, headers = await _ask(proxy, "sk-one", [{"role": "user", "content": "hi"}], **{HEADER: sid})
     assert headers[RECALLED_HEADER] == sid
@@ -214,9 +199,9 @@ async def test_after_a_restart_the_next_turn_gets_the_same_bytes(
 
     def first_turn_recorded() -> bool:
         rows = SqliteReader(db).list_sessions()
-        return any(r["turns"] == 1 and r["id"] != _memories(db)[0]["session_id"] for r in rows)
+        return any(r["turns"] == 1 and r["id"] != memories_in(db)[0]["session_id"] for r in rows)
 
-    await _until(first_turn_recorded)
+    await until(first_turn_recorded)
     await proxy.server.close()
     again = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": "thread"})
     nxt = [*opening, {"role": "assistant", "content": reply.choices[0].message.content},

@@ -208,7 +208,11 @@ def place_turn(
     return Place(_fresh_id(db, turn), 1, match, match.model, True)
 
 
-_HEADS_ONLY = "AND id IN (SELECT head_turn FROM sessions WHERE workspace = ?)"
+_HEADS_ONLY = (
+    "AND EXISTS (SELECT 1 FROM sessions h WHERE h.id = turns.session_id AND h.head_turn = turns.id)"
+)
+"""Only a session's latest turn: looked up by the candidate's session (its primary key), so
+the cost follows the few turns the hash index found, never the workspace's sessions."""
 
 
 def _head_continued(
@@ -224,7 +228,7 @@ def _head_continued(
     for n in lengths:
         values += (hashes[n - 1], n)
     sql = _BEST_SQL.format(values=",".join(["(?, ?)"] * len(lengths)), where=_HEADS_ONLY)
-    row = db.execute(sql, (*values, workspace, workspace, workspace, workspace)).fetchone()
+    row = db.execute(sql, (*values, workspace, workspace)).fetchone()
     return None if row is None else Match(*row[:3], *map(bool, row[3:6]), *row[6:])
 
 

@@ -39,8 +39,16 @@ from proxy.decide.decision import Decision
 from proxy.decide.output_fit import fitted_output, lowered
 from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
-from proxy.decide.recall import RECALLED_HEADER, Recall, Recaller, RecallSource
-from proxy.decide.summarizer_choice import RouteModels, SummarizerChoice, choose
+from proxy.decide.recall import Recall, Recaller, RecallSource, recalled_plan, token_cap
+from proxy.decide.summarizer_choice import (
+    SUMMARY_HEADER,
+    RouteModels,
+    SummarizerChoice,
+    choose,
+    header_value,
+    least_window,
+    summary_said,
+)
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
@@ -92,6 +100,38 @@ class _Target:
         return cls(info, counter, budget, decision, headers)
 
 
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """One :meth:`Engine.plan` call's request and how it was asked."""
+
+    req: ChatRequest
+    up: Upstream
+    hard_limit: int | None
+    headers: Mapping[str, str]  # the client's (a summarizer call on its upstream needs its key)
+    client: str
+    count: bool
+
+
+def _bound(req: ChatRequest, target: _Target) -> int:
+    """An upper bound on the request's prompt tokens, as cheap as it can be had."""
+    budget = target.budget.budget
+    bound = raw_bound(req)
+    if bound is None or budget < bound <= 2 * budget:
+        # Images, or close enough that the tighter per-part bound may still fit;
+        # far over, it cannot, and walking a huge history for it is wasted.
+        bound = target.counter.upper_bound(req.body)
+    return bound
+
+
+def _retry_target(target: _Target, tokens: int, hard_limit: int | None) -> _Target:
+    """On a retry whose count fit the limit the upstream enforces (so the count ran low),
+    the target aims below what was just refused."""
+    budget = target.budget
+    if hard_limit is None or budget.budget <= tokens * RETRY_SHRINK:
+        return target
+    return _Target.of(target.info, target.counter, capped(budget, int(tokens * RETRY_SHRINK)))
+
+
 _MAX_TARGETS = 4096
 """Memoised (model, upstream, requested output, window) targets; cleared whole when full."""
 
@@ -133,60 +173,38 @@ class Engine:
         client: str = "",
         count: bool = False,
     ) -> Plan:
-        headers = client_headers or {}
-        recall = None
-        if self.recaller is not None:
-
-            async def cap() -> tuple[int, Callable[[str], int]]:
-                return await self._recall_cap(req, up)
-
-            recall = await self.recaller.apply(req, client, headers, cap)
+        """``count``: always count exactly, no byte-bound fast path (``handoff plan``'s
+        dry run shows tokens, never None)."""
+        ask = _Ask(req, up, hard_limit, client_headers or {}, client, count)
+        recall = await self._recall(ask)
         if recall is None:
-            return await self._plan(
-                req, up, hard_limit=hard_limit, client_headers=headers, client=client, count=count
-            )
-        plan = await self._plan(
-            recall.request,
-            up,
-            hard_limit=hard_limit,
-            client_headers=headers,
-            client=client,
-            count=count,
-        )
-        return _recalled(plan, recall)
+            return await self._plan(ask)
+        plan = await self._plan(dataclasses.replace(ask, req=recall.request))
+        return recalled_plan(plan, recall)
+
+    async def _recall(self, ask: _Ask) -> Recall | None:
+        """The request with its recalled message, when it recalls (or replays one)."""
+        if self.recaller is None:
+            return None
+
+        async def cap() -> tuple[int, Callable[[str], int]]:
+            return await self._recall_cap(ask.req, ask.up)
+
+        return await self.recaller.apply(ask.req, ask.client, ask.headers, cap)
 
     async def _recall_cap(self, req: ChatRequest, up: Upstream) -> tuple[int, Callable[[str], int]]:
         """The recalled message's token cap for this model, and its text counter."""
-        cfg = self.settings.recall
         info = self.registry.lookup(req.model, up.name)
         if info is None:
             counter = await asyncio.to_thread(self.tokens.for_model, req.model, None)
-            return cfg.max_tokens, counter.count_text
+            return token_cap(self.settings.recall, None), counter.count_text
         target = await self._target(req, up, info, None)
-        share = int(target.budget.budget * cfg.max_share)
-        return min(cfg.max_tokens, share), target.counter.count_text
+        return token_cap(self.settings.recall, target.budget.budget), target.counter.count_text
 
-    async def _plan(
-        self,
-        req: ChatRequest,
-        up: Upstream,
-        *,
-        hard_limit: int | None = None,
-        client_headers: Mapping[str, str] | None = None,
-        client: str = "",
-        count: bool = False,
-    ) -> Plan:
-        """``count``: always count exactly, no byte-bound fast path (``handoff plan``'s
-        dry run shows tokens, never None)."""
-        info = self.registry.lookup(req.model, up.name)
-        if hard_limit:  # kept for later turns (and persisted): they are not refused first
-            self.registry.learn_limit(req.model, up.name, hard_limit)
-        if info is not None:
-            info = self.long_context.apply(info, client_headers)
-        if info is None and hard_limit:
-            # Unknown to us, but the upstream just named its window in an error.
-            out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
-            info = ModelInfo(req.model, hard_limit, out, None, "upstream-error", req.model)
+    async def _plan(self, ask: _Ask) -> Plan:
+        """Migrate by the byte bound, else count; migrate if it fits, else compress."""
+        req, up, hard_limit = ask.req, ask.up, ask.hard_limit
+        info = self._model_info(ask)
         if info is None:
             self.unknown.saw(req.model)
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
@@ -195,51 +213,64 @@ class Engine:
             key = conversation_key(req.messages)
             self.route_models.saw(key, up.name, req.model)
         target = await self._target(req, up, info, hard_limit)
-        budget = target.budget
-        bound = raw_bound(req)
-        if bound is None or budget.budget < bound <= 2 * budget.budget:
-            # Images, or close enough that the tighter per-part bound may still fit;
-            # far over, it cannot, and walking a huge history for it is wasted.
-            bound = target.counter.upper_bound(req.body)
-        if hard_limit is None and bound <= budget.budget and not count:
+        bound = _bound(req, target)
+        if hard_limit is None and bound <= target.budget.budget and not ask.count:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
         key = key or conversation_key(req.messages)
-        factor = 1.0 if target.counter.exact else self.calibration.factor(req.model)
-        memo = self.memos.begin(key, target.counter, factor, len(req.raw))
+        memo = self.memos.begin(key, target.counter, self._factor(req.model, target), len(req.raw))
         base = target.counter.request_counter(req.body, memo.counts)  # compression's too
-        if bound <= OFFLOAD_BOUND:
-            counted = base(req.messages)
-        else:  # tokenizing a large history must not stall the event loop
-            counted = await self.lanes.run(partial(base, req.messages), bound=bound, client=client)
+        counted = await self._count(ask, base, bound)
         tokens = self._corrected(req.model, target.counter, counted)
         asked = requested_output(req.body)
-        fitted = None
-        if asked is None or not self.settings.compression.strict_max_tokens:
-            share = min(
-                target.info.max_output_tokens, self.settings.tokens.default_max_output_tokens
-            )
-            fitted = fitted_output(budget, tokens, share)
+        fitted = self._fitted_output(target, tokens, asked)
         if fitted is not None:
-            budget = fitted
-            target = _Target.of(target.info, target.counter, budget)
-        if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
-            # Our count fit the limit the upstream enforces, so the count ran low:
-            # aim below what was just refused.
-            budget = capped(budget, int(tokens * RETRY_SHRINK))
-            target = _Target.of(target.info, target.counter, budget)
-        if hard_limit is None and tokens <= budget.budget:
+            target = _Target.of(target.info, target.counter, fitted)
+        target = _retry_target(target, tokens, hard_limit)
+        if hard_limit is None and tokens <= target.budget.budget:
             plan = self._passthrough(req, target, tokens, counted)
         elif not (up.compress and self.settings.compression.enabled):
-            log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
+            log.warning("over_budget_not_compressed", tokens=tokens, budget=target.budget.budget)
             note = "compression off for this route"
             plan = self._passthrough(req, target, tokens, counted, note=note)
         else:
             retry = hard_limit is not None
             plan = await self._compress(
-                req, up, target, tokens, base, key, memo, client_headers or {}, retry
+                req, up, target, tokens, base, key, memo, ask.headers, retry
             )
         return plan if fitted is None else lowered(plan, asked, fitted.reserved_output)
+
+    def _model_info(self, ask: _Ask) -> ModelInfo | None:
+        """The model's window as known (or as the upstream just named it in an error),
+        with any long-context switch the client asked for; None: unknown."""
+        req, hard_limit = ask.req, ask.hard_limit
+        info = self.registry.lookup(req.model, ask.up.name)
+        if hard_limit:  # kept for later turns (and persisted): they are not refused first
+            self.registry.learn_limit(req.model, ask.up.name, hard_limit)
+        if info is not None:
+            return self.long_context.apply(info, ask.headers)
+        if hard_limit:
+            # Unknown to us, but the upstream just named its window in an error.
+            out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
+            return ModelInfo(req.model, hard_limit, out, None, "upstream-error", req.model)
+        return None
+
+    def _factor(self, model: str, target: _Target) -> float:
+        return 1.0 if target.counter.exact else self.calibration.factor(model)
+
+    async def _count(self, ask: _Ask, base: CountTokens, bound: int) -> int:
+        """The request's exact count; a large history is tokenized off the event loop."""
+        if bound <= OFFLOAD_BOUND:
+            return base(ask.req.messages)
+        return await self.lanes.run(partial(base, ask.req.messages), bound=bound, client=ask.client)
+
+    def _fitted_output(self, target: _Target, tokens: int, asked: int | None) -> Budget | None:
+        """The budget with the output reserve lowered to fit, when the client did not
+        insist on its ``max_tokens``; None: no change."""
+        if asked is not None and self.settings.compression.strict_max_tokens:
+            return None
+        share = min(target.info.max_output_tokens, self.settings.tokens.default_max_output_tokens)
+        return fitted_output(target.budget, tokens, share)
 
     def close(self) -> None:
         """Stop the counting threads (at shutdown; running counts finish on their own)."""
@@ -431,7 +462,7 @@ class Engine:
         headers["x-handoff-forwarded-tokens"] = str(result.tokens_after)
         said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
         if said:
-            headers["x-handoff-summary"] = said.encode("ascii", "replace").decode()[:300]
+            headers[SUMMARY_HEADER] = header_value(said)
         log.info(
             "compressed",
             tokens=tokens,
@@ -459,7 +490,7 @@ class Engine:
             return None, "no summarizer in this process"
         where = cfg.upstream or up.name
         used = self.route_models.used(key, up.name) or (req.model,)
-        least = 3 * cfg.max_tokens + 1024  # instructions, a summary so far, the answer, text
+        least = least_window(cfg.max_tokens)
         model, window, why = choose(
             cfg.model, used, lambda m: self.registry.lookup(m, where), least
         )
@@ -472,38 +503,6 @@ class Engine:
         if made is None:
             return None, f"upstream {where!r} for summaries is not running"
         return made, ""
-
-
-def summary_said(result: Compression, unused: str, in_chain: bool) -> str:
-    """The ``x-handoff-summary`` header: whether the dropped messages got a summary, and
-    why not when not; "" when nothing was dropped or summaries are not in the chain."""
-    if not in_chain:
-        return ""
-    for step in result.steps:
-        if step.policy == "summarize":
-            note = step.note
-            if "summary not used: " in note:
-                return "not used: " + note.split("summary not used: ", 1)[1].rstrip(")")
-            return f"used: {note}" if note else ""
-    dropped = any(s.policy == "truncate" and s.removed_messages for s in result.steps)
-    return f"not used: {unused}" if dropped and unused else ""
-
-
-def _recalled(plan: Plan, recall: Recall) -> Plan:
-    """``plan`` for the request with its recalled message: recorded like a compression
-    step, and said in ``x-handoff-recalled``."""
-    if plan.forwarded is None:
-        plan.forwarded = [dict(m) for m in recall.request.messages]
-    d = plan.decision
-    if d is not None:  # (a copy: the fast path's decision is shared)
-        plan.decision = dataclasses.replace(
-            d, policies=(*d.policies, "recall"), steps=(*d.steps, recall.step())
-        )
-    headers = {**plan.response_headers, RECALLED_HEADER: ",".join(recall.sessions)}
-    applied = headers.get("x-handoff-policy")
-    headers["x-handoff-policy"] = f"{applied},recall" if applied else "recall"
-    plan.headers = headers
-    return plan
 
 
 def raw_bound(req: ChatRequest) -> int | None:

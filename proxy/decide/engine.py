@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -26,13 +25,12 @@ from policies.errors import ContextTooLarge as PinnedTooLarge
 from proxy.config import Settings
 from proxy.decide.budget import (
     Budget,
-    capped,
-    compute_budget,
     decision_headers,
     low_water_target,
     requested_output,
     too_large,
 )
+from proxy.decide.byte_bound import prompt_bound
 from proxy.decide.count_lanes import CountLanes
 from proxy.decide.cut_memory import CutMemory, conversation_key
 from proxy.decide.decision import Decision
@@ -49,6 +47,7 @@ from proxy.decide.summarizer_choice import (
     least_window,
     summary_said,
 )
+from proxy.decide.targets import Target, Targets, retry_target
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
@@ -72,33 +71,6 @@ CALIBRATE_BOUND = 32_768
 OFFLOAD_BOUND = 32_768
 """Requests whose bound is above this many tokens are counted in a worker thread."""
 
-RAW_SLACK = 64
-"""Tokens a text-only request may cost beyond its byte length (reply priming, tool
-framing); property-tested against the exact count in tests/decide/test_raw_bound.py."""
-
-RETRY_SHRINK = 0.85
-"""A retry after an overflow the upstream did not quantify aims this much lower."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    info: ModelInfo
-    counter: ModelCounter
-    budget: Budget
-    # A passthrough decided by the byte bound alone is the same for every request to
-    # this target: its decision (frozen, so shared) and headers are built once.
-    fast_decision: Decision
-    fast_headers: Mapping[str, str]
-
-    @classmethod
-    def of(cls, info: ModelInfo, counter: ModelCounter, budget: Budget) -> _Target:
-        exact = counter.exact
-        decision = Decision(
-            action="passthrough", window=budget.window, budget=budget.budget, exact=exact
-        )
-        headers = decision_headers(budget, None, exact, "passthrough", ())
-        return cls(info, counter, budget, decision, headers)
-
 
 @dataclass(frozen=True, slots=True)
 class _Ask:
@@ -110,30 +82,6 @@ class _Ask:
     headers: Mapping[str, str]  # the client's (a summarizer call on its upstream needs its key)
     client: str
     count: bool
-
-
-def _bound(req: ChatRequest, target: _Target) -> int:
-    """An upper bound on the request's prompt tokens, as cheap as it can be had."""
-    budget = target.budget.budget
-    bound = raw_bound(req)
-    if bound is None or budget < bound <= 2 * budget:
-        # Images, or close enough that the tighter per-part bound may still fit;
-        # far over, it cannot, and walking a huge history for it is wasted.
-        bound = target.counter.upper_bound(req.body)
-    return bound
-
-
-def _retry_target(target: _Target, tokens: int, hard_limit: int | None) -> _Target:
-    """On a retry whose count fit the limit the upstream enforces (so the count ran low),
-    the target aims below what was just refused."""
-    budget = target.budget
-    if hard_limit is None or budget.budget <= tokens * RETRY_SHRINK:
-        return target
-    return _Target.of(target.info, target.counter, capped(budget, int(tokens * RETRY_SHRINK)))
-
-
-_MAX_TARGETS = 4096
-"""Memoised (model, upstream, requested output, window) targets; cleared whole when full."""
 
 
 class Engine:
@@ -153,8 +101,7 @@ class Engine:
         self.summarizers = summarizers
         self.cuts = CutMemory(capacity=4096)
         self.memos = TurnMemos(max_bytes=settings.server.history_cache_bytes)
-        self._counters: dict[tuple[str, str | None], ModelCounter] = {}
-        self._targets: dict[tuple[str, str, int | None, int], _Target] = {}
+        self.targets = Targets(registry, tokens, settings.tokens)
         self.unknown = UnknownModels()
         self.lanes = CountLanes()
         self.recaller = None if recall is None else Recaller(settings.recall, recall)
@@ -198,7 +145,7 @@ class Engine:
         if info is None:
             counter = await asyncio.to_thread(self.tokens.for_model, req.model, None)
             return token_cap(self.settings.recall, None), counter.count_text
-        target = await self._target(req, up, info, None)
+        target = await self.targets.get(req, up.name, info, None)
         return token_cap(self.settings.recall, target.budget.budget), target.counter.count_text
 
     async def _plan(self, ask: _Ask) -> Plan:
@@ -212,8 +159,8 @@ class Engine:
         if self._tracks_models:  # (only then: the fast path does not hash the history)
             key = conversation_key(req.messages)
             self.route_models.saw(key, up.name, req.model)
-        target = await self._target(req, up, info, hard_limit)
-        bound = _bound(req, target)
+        target = await self.targets.get(req, up.name, info, hard_limit)
+        bound = prompt_bound(req, target.budget.budget, target.counter)
         if hard_limit is None and bound <= target.budget.budget and not ask.count:
             # A token covers at least one byte: this cannot exceed the budget.
             return self._passthrough(req, target, None, None, bound=bound)
@@ -225,8 +172,8 @@ class Engine:
         asked = requested_output(req.body)
         fitted = self._fitted_output(target, tokens, asked)
         if fitted is not None:
-            target = _Target.of(target.info, target.counter, fitted)
-        target = _retry_target(target, tokens, hard_limit)
+            target = target.with_budget(fitted)
+        target = retry_target(target, tokens, hard_limit)
         if hard_limit is None and tokens <= target.budget.budget:
             plan = self._passthrough(req, target, tokens, counted)
         elif not (up.compress and self.settings.compression.enabled):
@@ -255,7 +202,7 @@ class Engine:
             return ModelInfo(req.model, hard_limit, out, None, "upstream-error", req.model)
         return None
 
-    def _factor(self, model: str, target: _Target) -> float:
+    def _factor(self, model: str, target: Target) -> float:
         return 1.0 if target.counter.exact else self.calibration.factor(model)
 
     async def _count(self, ask: _Ask, base: CountTokens, bound: int) -> int:
@@ -264,7 +211,7 @@ class Engine:
             return base(ask.req.messages)
         return await self.lanes.run(partial(base, ask.req.messages), bound=bound, client=ask.client)
 
-    def _fitted_output(self, target: _Target, tokens: int, asked: int | None) -> Budget | None:
+    def _fitted_output(self, target: Target, tokens: int, asked: int | None) -> Budget | None:
         """The budget with the output reserve lowered to fit, when the client did not
         insist on its ``max_tokens``; None: no change."""
         if asked is not None and self.settings.compression.strict_max_tokens:
@@ -312,49 +259,6 @@ class Engine:
         if raw:
             self.calibration.observe(req.model, raw, actual)
 
-    async def _target(
-        self, req: ChatRequest, up: Upstream, info: ModelInfo, hard_limit: int | None
-    ) -> _Target:
-        """The window, counter and budget for this request; memoised per model, upstream
-        and requested output (all a budget depends on besides static settings), and
-        rebuilt when the registry resolves the model afresh (new ``info`` object)."""
-        if hard_limit is not None:
-            return await self._build_target(req, info, hard_limit)
-        key = (req.model, up.name, requested_output(req.body), info.context_window)
-        target = self._targets.get(key)
-        if target is None or target.info is not info:
-            target = await self._build_target(req, info, None)
-            if len(self._targets) >= _MAX_TARGETS:
-                self._targets.clear()
-            self._targets[key] = target
-        return target
-
-    async def _build_target(
-        self, req: ChatRequest, info: ModelInfo, hard_limit: int | None
-    ) -> _Target:
-        counter = await self._counter(req.model, info)
-        override = self.registry.override_for(req.model)
-        margin = override.margin if override is not None else None
-        if hard_limit and hard_limit >= info.context_window:
-            # The upstream rejected a request we sized for this very window: our count
-            # ran low for it. Aim lower rather than resend the same body.
-            hard_limit = 0
-        if hard_limit:
-            info = dataclasses.replace(info, context_window=hard_limit)
-        budget = compute_budget(info, req.body, self.settings.tokens, counter.exact, margin)
-        if hard_limit == 0:
-            budget = capped(budget, int(budget.budget * RETRY_SHRINK))
-        return _Target.of(info, counter, budget)
-
-    async def _counter(self, model: str, info: ModelInfo) -> ModelCounter:
-        key = (model, info.tokenizer)  # the registry already merged any config override
-        counter = self._counters.get(key)
-        if counter is None:
-            # The first use of an encoding reads and parses its BPE file: off the loop.
-            counter = await asyncio.to_thread(self.tokens.for_model, model, key[1])
-            self._counters[key] = counter
-        return counter
-
     def _corrected(self, model: str, counter: ModelCounter, counted: int) -> int:
         if counter.exact:
             return counted
@@ -369,7 +273,7 @@ class Engine:
     def _passthrough(
         self,
         req: ChatRequest,
-        target: _Target,
+        target: Target,
         tokens: int | None,
         raw_tokens: int | None,
         note: str = "",
@@ -405,7 +309,7 @@ class Engine:
         self,
         req: ChatRequest,
         up: Upstream,
-        target: _Target,
+        target: Target,
         tokens: int,
         base: CountTokens,
         key: str,
@@ -440,7 +344,7 @@ class Engine:
     def _compressed_plan(
         self,
         req: ChatRequest,
-        target: _Target,
+        target: Target,
         tokens: int,
         result: Compression,
         raw_tokens: int,
@@ -498,41 +402,11 @@ class Engine:
             return None, why
         count = None
         if (info := self.registry.lookup(model, where)) is not None:
-            count = (await self._counter(model, info)).count_text
+            count = (await self.targets.counter(model, info)).count_text
         made = self.summarizers(req, up, client_headers, SummarizerChoice(model, window, count))
         if made is None:
             return None, f"upstream {where!r} for summaries is not running"
         return made, ""
-
-
-def raw_bound(req: ChatRequest) -> int | None:
-    """A cheap upper bound on a text-only request's prompt tokens: every token covers
-    at least one byte of text, and the JSON around the text outweighs the per-message
-    and per-tool constants. None when a message holds a non-text part (image, audio,
-    file), whose cost is not bounded by its bytes."""
-    if not req.raw:
-        return None
-    if not _has_list_content(req.messages):
-        return len(req.raw) + RAW_SLACK  # (the common case, without a loop in Python)
-    for msg in req.messages:
-        content = msg.get("content")
-        if isinstance(content, list) and not all(
-            isinstance(part, dict) and part.get("type") == "text" for part in content
-        ):
-            return None
-    return len(req.raw) + RAW_SLACK
-
-
-def _has_list_content(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Does any message hold a list of parts? Iterated in C: twice as fast as a Python
-    loop over a long history."""
-    try:
-        return list in map(type, map(_dict_get, messages, itertools.repeat("content")))
-    except TypeError:  # a message that is a Mapping but not a dict
-        return any(isinstance(m.get("content"), list) for m in messages)
-
-
-_dict_get: Callable[[Any, str], Any] = dict.get
 
 
 def _step_dict(step: Any) -> dict[str, Any]:

@@ -15,35 +15,27 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import structlog
 
 from policies.base import CountTokens, PolicyContext, Summarize
-from policies.chain import Compression, compress
+from policies.chain import compress
 from policies.errors import ContextTooLarge as PinnedTooLarge
 from proxy.config import Settings
-from proxy.decide.budget import (
-    Budget,
-    decision_headers,
-    low_water_target,
-    requested_output,
-    too_large,
-)
+from proxy.decide.budget import Budget, low_water_target, requested_output, too_large
 from proxy.decide.byte_bound import prompt_bound
 from proxy.decide.count_lanes import CountLanes
 from proxy.decide.cut_memory import CutMemory, conversation_key
 from proxy.decide.decision import Decision
+from proxy.decide.outcomes import compressed, passthrough
 from proxy.decide.output_fit import fitted_output, lowered
 from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
 from proxy.decide.recall import Recall, Recaller, RecallSource, recalled_plan, token_cap
 from proxy.decide.summarizer_choice import (
-    SUMMARY_HEADER,
     RouteModels,
     SummarizerChoice,
     choose,
-    header_value,
     least_window,
     summary_said,
 )
@@ -163,7 +155,7 @@ class Engine:
         bound = prompt_bound(req, target.budget.budget, target.counter)
         if hard_limit is None and bound <= target.budget.budget and not ask.count:
             # A token covers at least one byte: this cannot exceed the budget.
-            return self._passthrough(req, target, None, None, bound=bound)
+            return passthrough(req, target, None, None, bound=bound)
         key = key or conversation_key(req.messages)
         memo = self.memos.begin(key, target.counter, self._factor(req.model, target), len(req.raw))
         base = target.counter.request_counter(req.body, memo.counts)  # compression's too
@@ -175,11 +167,11 @@ class Engine:
             target = target.with_budget(fitted)
         target = retry_target(target, tokens, hard_limit)
         if hard_limit is None and tokens <= target.budget.budget:
-            plan = self._passthrough(req, target, tokens, counted)
+            plan = passthrough(req, target, tokens, counted)
         elif not (up.compress and self.settings.compression.enabled):
             log.warning("over_budget_not_compressed", tokens=tokens, budget=target.budget.budget)
             note = "compression off for this route"
-            plan = self._passthrough(req, target, tokens, counted, note=note)
+            plan = passthrough(req, target, tokens, counted, note=note)
         else:
             retry = hard_limit is not None
             plan = await self._compress(
@@ -270,41 +262,6 @@ class Engine:
             return base
         return lambda messages: round(base(messages) * factor)
 
-    def _passthrough(
-        self,
-        req: ChatRequest,
-        target: Target,
-        tokens: int | None,
-        raw_tokens: int | None,
-        note: str = "",
-        bound: int | None = None,
-    ) -> Plan:
-        if tokens is None and not note:
-            decision, headers = target.fast_decision, dict(target.fast_headers)
-            if bound is not None:
-                headers["x-handoff-tokens-bound"] = str(bound)
-            return Plan(body=req.raw, decision=decision, headers=headers, counter=target.counter)
-        exact = target.counter.exact
-        decision = Decision(
-            action="passthrough",
-            window=target.budget.window,
-            budget=target.budget.budget,
-            tokens=tokens,
-            forwarded_tokens=tokens,
-            exact=exact,
-            steps=({"note": note},) if note else (),
-        )
-        headers = decision_headers(target.budget, tokens, exact, "passthrough", ())
-        if bound is not None:
-            headers["x-handoff-tokens-bound"] = str(bound)
-        return Plan(
-            body=req.raw,
-            decision=decision,
-            headers=headers,
-            raw_tokens=raw_tokens,
-            counter=target.counter,
-        )
-
     async def _compress(
         self,
         req: ChatRequest,
@@ -339,49 +296,8 @@ class Engine:
             raise too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
             self.cuts.put(cut_key, result.cut)
-        return self._compressed_plan(req, target, tokens, result, base(result.messages), unused)
-
-    def _compressed_plan(
-        self,
-        req: ChatRequest,
-        target: Target,
-        tokens: int,
-        result: Compression,
-        raw_tokens: int,
-        unused: str = "",
-    ) -> Plan:
-        decision = Decision(
-            action="compressed",
-            window=target.budget.window,
-            budget=target.budget.budget,
-            tokens=tokens,
-            forwarded_tokens=result.tokens_after,
-            exact=target.counter.exact,
-            policies=result.applied,
-            steps=tuple(_step_dict(s) for s in result.steps),
-        )
-        headers = decision_headers(
-            target.budget, tokens, target.counter.exact, "compressed", result.applied
-        )
-        headers["x-handoff-forwarded-tokens"] = str(result.tokens_after)
         said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
-        if said:
-            headers[SUMMARY_HEADER] = header_value(said)
-        log.info(
-            "compressed",
-            tokens=tokens,
-            forwarded_tokens=result.tokens_after,
-            budget=target.budget.budget,
-            policies=list(result.applied),
-            summary=said or None,  # used, or not used and why
-        )
-        return Plan(
-            body=req.rendered(result.messages, result.origins),
-            decision=decision,
-            forwarded=[dict(m) for m in result.messages],
-            headers=headers,
-            raw_tokens=raw_tokens,
-        )
+        return compressed(req, target, tokens, result, base(result.messages), said)
 
     async def _summarizer(
         self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], key: str
@@ -407,12 +323,3 @@ class Engine:
         if made is None:
             return None, f"upstream {where!r} for summaries is not running"
         return made, ""
-
-
-def _step_dict(step: Any) -> dict[str, Any]:
-    return {
-        "policy": step.policy,
-        "removed_messages": step.removed_messages,
-        "removed_tokens": step.removed_tokens,
-        "note": step.note,
-    }

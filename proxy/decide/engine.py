@@ -173,10 +173,7 @@ class Engine:
             note = "compression off for this route"
             plan = passthrough(req, target, tokens, counted, note=note)
         else:
-            retry = hard_limit is not None
-            plan = await self._compress(
-                req, up, target, tokens, base, key, memo, ask.headers, retry
-            )
+            plan = await self._compress(ask, target, tokens, base, key, memo)
         return plan if fitted is None else lowered(plan, asked, fitted.reserved_output)
 
     def _model_info(self, ask: _Ask) -> ModelInfo | None:
@@ -263,20 +260,13 @@ class Engine:
         return lambda messages: round(base(messages) * factor)
 
     async def _compress(
-        self,
-        req: ChatRequest,
-        up: Upstream,
-        target: Target,
-        tokens: int,
-        base: CountTokens,
-        key: str,
-        memo: TurnMemo,
-        client_headers: Mapping[str, str],
-        retry: bool = False,
+        self, ask: _Ask, target: Target, tokens: int, base: CountTokens, key: str, memo: TurnMemo
     ) -> Plan:
-        """``retry``: the upstream refused what was sent; the cut remembered for this
-        window may be that very one (a refusal with no limit named), so it is not replayed."""
-        summarize, unused = await self._summarizer(req, up, client_headers, key)
+        """Run the policy chain. On a retry (the upstream refused what was sent) the cut
+        remembered for this window may be that very one (a refusal with no limit named),
+        so it is not replayed."""
+        req, retry = ask.req, ask.hard_limit is not None
+        summarize, unused = await self._summarizer(ask, key)
         budget = target.budget.budget
         cut_key = (key, target.budget.window)
         ctx = PolicyContext(
@@ -299,10 +289,9 @@ class Engine:
         said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
         return compressed(req, target, tokens, result, base(result.messages), said)
 
-    async def _summarizer(
-        self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], key: str
-    ) -> tuple[Summarize | None, str]:
+    async def _summarizer(self, ask: _Ask, key: str) -> tuple[Summarize | None, str]:
         """The summarize callable, or None and why not."""
+        req, up = ask.req, ask.up
         cfg = self.settings.compression.summarize
         if not cfg.enabled:
             return None, "compression.summarize.enabled is false"
@@ -319,7 +308,7 @@ class Engine:
         count = None
         if (info := self.registry.lookup(model, where)) is not None:
             count = (await self.targets.counter(model, info)).count_text
-        made = self.summarizers(req, up, client_headers, SummarizerChoice(model, window, count))
+        made = self.summarizers(req, up, ask.headers, SummarizerChoice(model, window, count))
         if made is None:
             return None, f"upstream {where!r} for summaries is not running"
         return made, ""

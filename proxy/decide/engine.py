@@ -12,35 +12,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import structlog
 
 from policies.base import CountTokens, PolicyContext, Summarize
-from policies.chain import Compression, compress
+from policies.chain import compress
 from policies.errors import ContextTooLarge as PinnedTooLarge
 from proxy.config import Settings
-from proxy.decide.budget import (
-    Budget,
-    capped,
-    compute_budget,
-    decision_headers,
-    low_water_target,
-    requested_output,
-    too_large,
-)
+from proxy.decide.budget import Budget, low_water_target, requested_output, too_large
+from proxy.decide.byte_bound import prompt_bound
 from proxy.decide.count_lanes import CountLanes
 from proxy.decide.cut_memory import CutMemory, conversation_key
 from proxy.decide.decision import Decision
+from proxy.decide.outcomes import compressed, passthrough
 from proxy.decide.output_fit import fitted_output, lowered
 from proxy.decide.plan import Plan
 from proxy.decide.policy_chain import build_chain
-from proxy.decide.recall import RECALLED_HEADER, Recall, Recaller, RecallSource
-from proxy.decide.summarizer_choice import RouteModels, SummarizerChoice, choose
+from proxy.decide.recall import Recall, Recaller, RecallSource, recalled_plan, token_cap
+from proxy.decide.summarizer_choice import (
+    RouteModels,
+    SummarizerChoice,
+    choose,
+    least_window,
+    summary_said,
+)
+from proxy.decide.targets import Target, Targets, retry_target
 from proxy.decide.tokens import Calibration, ModelCounter, TokenCounter
 from proxy.decide.turn_memo import TurnMemo, TurnMemos
 from proxy.decide.unknown_models import UnknownModels
@@ -64,36 +63,17 @@ CALIBRATE_BOUND = 32_768
 OFFLOAD_BOUND = 32_768
 """Requests whose bound is above this many tokens are counted in a worker thread."""
 
-RAW_SLACK = 64
-"""Tokens a text-only request may cost beyond its byte length (reply priming, tool
-framing); property-tested against the exact count in tests/decide/test_raw_bound.py."""
-
-RETRY_SHRINK = 0.85
-"""A retry after an overflow the upstream did not quantify aims this much lower."""
-
 
 @dataclass(frozen=True, slots=True)
-class _Target:
-    info: ModelInfo
-    counter: ModelCounter
-    budget: Budget
-    # A passthrough decided by the byte bound alone is the same for every request to
-    # this target: its decision (frozen, so shared) and headers are built once.
-    fast_decision: Decision
-    fast_headers: Mapping[str, str]
+class _Ask:
+    """One :meth:`Engine.plan` call's request and how it was asked."""
 
-    @classmethod
-    def of(cls, info: ModelInfo, counter: ModelCounter, budget: Budget) -> _Target:
-        exact = counter.exact
-        decision = Decision(
-            action="passthrough", window=budget.window, budget=budget.budget, exact=exact
-        )
-        headers = decision_headers(budget, None, exact, "passthrough", ())
-        return cls(info, counter, budget, decision, headers)
-
-
-_MAX_TARGETS = 4096
-"""Memoised (model, upstream, requested output, window) targets; cleared whole when full."""
+    req: ChatRequest
+    up: Upstream
+    hard_limit: int | None
+    headers: Mapping[str, str]  # the client's (a summarizer call on its upstream needs its key)
+    client: str
+    count: bool
 
 
 class Engine:
@@ -113,8 +93,7 @@ class Engine:
         self.summarizers = summarizers
         self.cuts = CutMemory(capacity=4096)
         self.memos = TurnMemos(max_bytes=settings.server.history_cache_bytes)
-        self._counters: dict[tuple[str, str | None], ModelCounter] = {}
-        self._targets: dict[tuple[str, str, int | None, int], _Target] = {}
+        self.targets = Targets(registry, tokens, settings.tokens)
         self.unknown = UnknownModels()
         self.lanes = CountLanes()
         self.recaller = None if recall is None else Recaller(settings.recall, recall)
@@ -133,60 +112,38 @@ class Engine:
         client: str = "",
         count: bool = False,
     ) -> Plan:
-        headers = client_headers or {}
-        recall = None
-        if self.recaller is not None:
-
-            async def cap() -> tuple[int, Callable[[str], int]]:
-                return await self._recall_cap(req, up)
-
-            recall = await self.recaller.apply(req, client, headers, cap)
+        """``count``: always count exactly, no byte-bound fast path (``handoff plan``'s
+        dry run shows tokens, never None)."""
+        ask = _Ask(req, up, hard_limit, client_headers or {}, client, count)
+        recall = await self._recall(ask)
         if recall is None:
-            return await self._plan(
-                req, up, hard_limit=hard_limit, client_headers=headers, client=client, count=count
-            )
-        plan = await self._plan(
-            recall.request,
-            up,
-            hard_limit=hard_limit,
-            client_headers=headers,
-            client=client,
-            count=count,
-        )
-        return _recalled(plan, recall)
+            return await self._plan(ask)
+        plan = await self._plan(dataclasses.replace(ask, req=recall.request))
+        return recalled_plan(plan, recall)
+
+    async def _recall(self, ask: _Ask) -> Recall | None:
+        """The request with its recalled message, when it recalls (or replays one)."""
+        if self.recaller is None:
+            return None
+
+        async def cap() -> tuple[int, Callable[[str], int]]:
+            return await self._recall_cap(ask.req, ask.up)
+
+        return await self.recaller.apply(ask.req, ask.client, ask.headers, cap)
 
     async def _recall_cap(self, req: ChatRequest, up: Upstream) -> tuple[int, Callable[[str], int]]:
         """The recalled message's token cap for this model, and its text counter."""
-        cfg = self.settings.recall
         info = self.registry.lookup(req.model, up.name)
         if info is None:
             counter = await asyncio.to_thread(self.tokens.for_model, req.model, None)
-            return cfg.max_tokens, counter.count_text
-        target = await self._target(req, up, info, None)
-        share = int(target.budget.budget * cfg.max_share)
-        return min(cfg.max_tokens, share), target.counter.count_text
+            return token_cap(self.settings.recall, None), counter.count_text
+        target = await self.targets.get(req, up.name, info, None)
+        return token_cap(self.settings.recall, target.budget.budget), target.counter.count_text
 
-    async def _plan(
-        self,
-        req: ChatRequest,
-        up: Upstream,
-        *,
-        hard_limit: int | None = None,
-        client_headers: Mapping[str, str] | None = None,
-        client: str = "",
-        count: bool = False,
-    ) -> Plan:
-        """``count``: always count exactly, no byte-bound fast path (``handoff plan``'s
-        dry run shows tokens, never None)."""
-        info = self.registry.lookup(req.model, up.name)
-        if hard_limit:  # kept for later turns (and persisted): they are not refused first
-            self.registry.learn_limit(req.model, up.name, hard_limit)
-        if info is not None:
-            info = self.long_context.apply(info, client_headers)
-        if info is None and hard_limit:
-            # Unknown to us, but the upstream just named its window in an error.
-            out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
-            info = ModelInfo(req.model, hard_limit, out, None, "upstream-error", req.model)
+    async def _plan(self, ask: _Ask) -> Plan:
+        """Migrate by the byte bound, else count; migrate if it fits, else compress."""
+        req, up, hard_limit = ask.req, ask.up, ask.hard_limit
+        info = self._model_info(ask)
         if info is None:
             self.unknown.saw(req.model)
             return Plan(body=req.raw, decision=Decision(action="passthrough", exact=False))
@@ -194,52 +151,62 @@ class Engine:
         if self._tracks_models:  # (only then: the fast path does not hash the history)
             key = conversation_key(req.messages)
             self.route_models.saw(key, up.name, req.model)
-        target = await self._target(req, up, info, hard_limit)
-        budget = target.budget
-        bound = raw_bound(req)
-        if bound is None or budget.budget < bound <= 2 * budget.budget:
-            # Images, or close enough that the tighter per-part bound may still fit;
-            # far over, it cannot, and walking a huge history for it is wasted.
-            bound = target.counter.upper_bound(req.body)
-        if hard_limit is None and bound <= budget.budget and not count:
+        target = await self.targets.get(req, up.name, info, hard_limit)
+        bound = prompt_bound(req, target.budget.budget, target.counter)
+        if hard_limit is None and bound <= target.budget.budget and not ask.count:
             # A token covers at least one byte: this cannot exceed the budget.
-            return self._passthrough(req, target, None, None, bound=bound)
+            return passthrough(req, target, None, None, bound=bound)
         key = key or conversation_key(req.messages)
-        factor = 1.0 if target.counter.exact else self.calibration.factor(req.model)
-        memo = self.memos.begin(key, target.counter, factor, len(req.raw))
+        memo = self.memos.begin(key, target.counter, self._factor(req.model, target), len(req.raw))
         base = target.counter.request_counter(req.body, memo.counts)  # compression's too
-        if bound <= OFFLOAD_BOUND:
-            counted = base(req.messages)
-        else:  # tokenizing a large history must not stall the event loop
-            counted = await self.lanes.run(partial(base, req.messages), bound=bound, client=client)
+        counted = await self._count(ask, base, bound)
         tokens = self._corrected(req.model, target.counter, counted)
         asked = requested_output(req.body)
-        fitted = None
-        if asked is None or not self.settings.compression.strict_max_tokens:
-            share = min(
-                target.info.max_output_tokens, self.settings.tokens.default_max_output_tokens
-            )
-            fitted = fitted_output(budget, tokens, share)
+        fitted = self._fitted_output(target, tokens, asked)
         if fitted is not None:
-            budget = fitted
-            target = _Target.of(target.info, target.counter, budget)
-        if hard_limit is not None and budget.budget > tokens * RETRY_SHRINK:
-            # Our count fit the limit the upstream enforces, so the count ran low:
-            # aim below what was just refused.
-            budget = capped(budget, int(tokens * RETRY_SHRINK))
-            target = _Target.of(target.info, target.counter, budget)
-        if hard_limit is None and tokens <= budget.budget:
-            plan = self._passthrough(req, target, tokens, counted)
+            target = target.with_budget(fitted)
+        target = retry_target(target, tokens, hard_limit)
+        if hard_limit is None and tokens <= target.budget.budget:
+            plan = passthrough(req, target, tokens, counted)
         elif not (up.compress and self.settings.compression.enabled):
-            log.warning("over_budget_not_compressed", tokens=tokens, budget=budget.budget)
+            log.warning("over_budget_not_compressed", tokens=tokens, budget=target.budget.budget)
             note = "compression off for this route"
-            plan = self._passthrough(req, target, tokens, counted, note=note)
+            plan = passthrough(req, target, tokens, counted, note=note)
         else:
-            retry = hard_limit is not None
-            plan = await self._compress(
-                req, up, target, tokens, base, key, memo, client_headers or {}, retry
-            )
+            plan = await self._compress(ask, target, tokens, base, key, memo)
         return plan if fitted is None else lowered(plan, asked, fitted.reserved_output)
+
+    def _model_info(self, ask: _Ask) -> ModelInfo | None:
+        """The model's window as known (or as the upstream just named it in an error),
+        with any long-context switch the client asked for; None: unknown."""
+        req, hard_limit = ask.req, ask.hard_limit
+        info = self.registry.lookup(req.model, ask.up.name)
+        if hard_limit:  # kept for later turns (and persisted): they are not refused first
+            self.registry.learn_limit(req.model, ask.up.name, hard_limit)
+        if info is not None:
+            return self.long_context.apply(info, ask.headers)
+        if hard_limit:
+            # Unknown to us, but the upstream just named its window in an error.
+            out = min(self.settings.tokens.default_max_output_tokens, hard_limit // 4)
+            return ModelInfo(req.model, hard_limit, out, None, "upstream-error", req.model)
+        return None
+
+    def _factor(self, model: str, target: Target) -> float:
+        return 1.0 if target.counter.exact else self.calibration.factor(model)
+
+    async def _count(self, ask: _Ask, base: CountTokens, bound: int) -> int:
+        """The request's exact count; a large history is tokenized off the event loop."""
+        if bound <= OFFLOAD_BOUND:
+            return base(ask.req.messages)
+        return await self.lanes.run(partial(base, ask.req.messages), bound=bound, client=ask.client)
+
+    def _fitted_output(self, target: Target, tokens: int, asked: int | None) -> Budget | None:
+        """The budget with the output reserve lowered to fit, when the client did not
+        insist on its ``max_tokens``; None: no change."""
+        if asked is not None and self.settings.compression.strict_max_tokens:
+            return None
+        share = min(target.info.max_output_tokens, self.settings.tokens.default_max_output_tokens)
+        return fitted_output(target.budget, tokens, share)
 
     def close(self) -> None:
         """Stop the counting threads (at shutdown; running counts finish on their own)."""
@@ -281,49 +248,6 @@ class Engine:
         if raw:
             self.calibration.observe(req.model, raw, actual)
 
-    async def _target(
-        self, req: ChatRequest, up: Upstream, info: ModelInfo, hard_limit: int | None
-    ) -> _Target:
-        """The window, counter and budget for this request; memoised per model, upstream
-        and requested output (all a budget depends on besides static settings), and
-        rebuilt when the registry resolves the model afresh (new ``info`` object)."""
-        if hard_limit is not None:
-            return await self._build_target(req, info, hard_limit)
-        key = (req.model, up.name, requested_output(req.body), info.context_window)
-        target = self._targets.get(key)
-        if target is None or target.info is not info:
-            target = await self._build_target(req, info, None)
-            if len(self._targets) >= _MAX_TARGETS:
-                self._targets.clear()
-            self._targets[key] = target
-        return target
-
-    async def _build_target(
-        self, req: ChatRequest, info: ModelInfo, hard_limit: int | None
-    ) -> _Target:
-        counter = await self._counter(req.model, info)
-        override = self.registry.override_for(req.model)
-        margin = override.margin if override is not None else None
-        if hard_limit and hard_limit >= info.context_window:
-            # The upstream rejected a request we sized for this very window: our count
-            # ran low for it. Aim lower rather than resend the same body.
-            hard_limit = 0
-        if hard_limit:
-            info = dataclasses.replace(info, context_window=hard_limit)
-        budget = compute_budget(info, req.body, self.settings.tokens, counter.exact, margin)
-        if hard_limit == 0:
-            budget = capped(budget, int(budget.budget * RETRY_SHRINK))
-        return _Target.of(info, counter, budget)
-
-    async def _counter(self, model: str, info: ModelInfo) -> ModelCounter:
-        key = (model, info.tokenizer)  # the registry already merged any config override
-        counter = self._counters.get(key)
-        if counter is None:
-            # The first use of an encoding reads and parses its BPE file: off the loop.
-            counter = await asyncio.to_thread(self.tokens.for_model, model, key[1])
-            self._counters[key] = counter
-        return counter
-
     def _corrected(self, model: str, counter: ModelCounter, counted: int) -> int:
         if counter.exact:
             return counted
@@ -335,56 +259,14 @@ class Engine:
             return base
         return lambda messages: round(base(messages) * factor)
 
-    def _passthrough(
-        self,
-        req: ChatRequest,
-        target: _Target,
-        tokens: int | None,
-        raw_tokens: int | None,
-        note: str = "",
-        bound: int | None = None,
-    ) -> Plan:
-        if tokens is None and not note:
-            decision, headers = target.fast_decision, dict(target.fast_headers)
-            if bound is not None:
-                headers["x-handoff-tokens-bound"] = str(bound)
-            return Plan(body=req.raw, decision=decision, headers=headers, counter=target.counter)
-        exact = target.counter.exact
-        decision = Decision(
-            action="passthrough",
-            window=target.budget.window,
-            budget=target.budget.budget,
-            tokens=tokens,
-            forwarded_tokens=tokens,
-            exact=exact,
-            steps=({"note": note},) if note else (),
-        )
-        headers = decision_headers(target.budget, tokens, exact, "passthrough", ())
-        if bound is not None:
-            headers["x-handoff-tokens-bound"] = str(bound)
-        return Plan(
-            body=req.raw,
-            decision=decision,
-            headers=headers,
-            raw_tokens=raw_tokens,
-            counter=target.counter,
-        )
-
     async def _compress(
-        self,
-        req: ChatRequest,
-        up: Upstream,
-        target: _Target,
-        tokens: int,
-        base: CountTokens,
-        key: str,
-        memo: TurnMemo,
-        client_headers: Mapping[str, str],
-        retry: bool = False,
+        self, ask: _Ask, target: Target, tokens: int, base: CountTokens, key: str, memo: TurnMemo
     ) -> Plan:
-        """``retry``: the upstream refused what was sent; the cut remembered for this
-        window may be that very one (a refusal with no limit named), so it is not replayed."""
-        summarize, unused = await self._summarizer(req, up, client_headers, key)
+        """Run the policy chain. On a retry (the upstream refused what was sent) the cut
+        remembered for this window may be that very one (a refusal with no limit named),
+        so it is not replayed."""
+        req, retry = ask.req, ask.hard_limit is not None
+        summarize, unused = await self._summarizer(ask, key)
         budget = target.budget.budget
         cut_key = (key, target.budget.window)
         ctx = PolicyContext(
@@ -404,54 +286,12 @@ class Engine:
             raise too_large(req.model, target.budget, e.pinned_tokens) from None
         if result.cut is not None:
             self.cuts.put(cut_key, result.cut)
-        return self._compressed_plan(req, target, tokens, result, base(result.messages), unused)
-
-    def _compressed_plan(
-        self,
-        req: ChatRequest,
-        target: _Target,
-        tokens: int,
-        result: Compression,
-        raw_tokens: int,
-        unused: str = "",
-    ) -> Plan:
-        decision = Decision(
-            action="compressed",
-            window=target.budget.window,
-            budget=target.budget.budget,
-            tokens=tokens,
-            forwarded_tokens=result.tokens_after,
-            exact=target.counter.exact,
-            policies=result.applied,
-            steps=tuple(_step_dict(s) for s in result.steps),
-        )
-        headers = decision_headers(
-            target.budget, tokens, target.counter.exact, "compressed", result.applied
-        )
-        headers["x-handoff-forwarded-tokens"] = str(result.tokens_after)
         said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
-        if said:
-            headers["x-handoff-summary"] = said.encode("ascii", "replace").decode()[:300]
-        log.info(
-            "compressed",
-            tokens=tokens,
-            forwarded_tokens=result.tokens_after,
-            budget=target.budget.budget,
-            policies=list(result.applied),
-            summary=said or None,  # used, or not used and why
-        )
-        return Plan(
-            body=req.rendered(result.messages, result.origins),
-            decision=decision,
-            forwarded=[dict(m) for m in result.messages],
-            headers=headers,
-            raw_tokens=raw_tokens,
-        )
+        return compressed(req, target, tokens, result, base(result.messages), said)
 
-    async def _summarizer(
-        self, req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], key: str
-    ) -> tuple[Summarize | None, str]:
+    async def _summarizer(self, ask: _Ask, key: str) -> tuple[Summarize | None, str]:
         """The summarize callable, or None and why not."""
+        req, up = ask.req, ask.up
         cfg = self.settings.compression.summarize
         if not cfg.enabled:
             return None, "compression.summarize.enabled is false"
@@ -459,7 +299,7 @@ class Engine:
             return None, "no summarizer in this process"
         where = cfg.upstream or up.name
         used = self.route_models.used(key, up.name) or (req.model,)
-        least = 3 * cfg.max_tokens + 1024  # instructions, a summary so far, the answer, text
+        least = least_window(cfg.max_tokens)
         model, window, why = choose(
             cfg.model, used, lambda m: self.registry.lookup(m, where), least
         )
@@ -467,79 +307,8 @@ class Engine:
             return None, why
         count = None
         if (info := self.registry.lookup(model, where)) is not None:
-            count = (await self._counter(model, info)).count_text
-        made = self.summarizers(req, up, client_headers, SummarizerChoice(model, window, count))
+            count = (await self.targets.counter(model, info)).count_text
+        made = self.summarizers(req, up, ask.headers, SummarizerChoice(model, window, count))
         if made is None:
             return None, f"upstream {where!r} for summaries is not running"
         return made, ""
-
-
-def summary_said(result: Compression, unused: str, in_chain: bool) -> str:
-    """The ``x-handoff-summary`` header: whether the dropped messages got a summary, and
-    why not when not; "" when nothing was dropped or summaries are not in the chain."""
-    if not in_chain:
-        return ""
-    for step in result.steps:
-        if step.policy == "summarize":
-            note = step.note
-            if "summary not used: " in note:
-                return "not used: " + note.split("summary not used: ", 1)[1].rstrip(")")
-            return f"used: {note}" if note else ""
-    dropped = any(s.policy == "truncate" and s.removed_messages for s in result.steps)
-    return f"not used: {unused}" if dropped and unused else ""
-
-
-def _recalled(plan: Plan, recall: Recall) -> Plan:
-    """``plan`` for the request with its recalled message: recorded like a compression
-    step, and said in ``x-handoff-recalled``."""
-    if plan.forwarded is None:
-        plan.forwarded = [dict(m) for m in recall.request.messages]
-    d = plan.decision
-    if d is not None:  # (a copy: the fast path's decision is shared)
-        plan.decision = dataclasses.replace(
-            d, policies=(*d.policies, "recall"), steps=(*d.steps, recall.step())
-        )
-    headers = {**plan.response_headers, RECALLED_HEADER: ",".join(recall.sessions)}
-    applied = headers.get("x-handoff-policy")
-    headers["x-handoff-policy"] = f"{applied},recall" if applied else "recall"
-    plan.headers = headers
-    return plan
-
-
-def raw_bound(req: ChatRequest) -> int | None:
-    """A cheap upper bound on a text-only request's prompt tokens: every token covers
-    at least one byte of text, and the JSON around the text outweighs the per-message
-    and per-tool constants. None when a message holds a non-text part (image, audio,
-    file), whose cost is not bounded by its bytes."""
-    if not req.raw:
-        return None
-    if not _has_list_content(req.messages):
-        return len(req.raw) + RAW_SLACK  # (the common case, without a loop in Python)
-    for msg in req.messages:
-        content = msg.get("content")
-        if isinstance(content, list) and not all(
-            isinstance(part, dict) and part.get("type") == "text" for part in content
-        ):
-            return None
-    return len(req.raw) + RAW_SLACK
-
-
-def _has_list_content(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Does any message hold a list of parts? Iterated in C: twice as fast as a Python
-    loop over a long history."""
-    try:
-        return list in map(type, map(_dict_get, messages, itertools.repeat("content")))
-    except TypeError:  # a message that is a Mapping but not a dict
-        return any(isinstance(m.get("content"), list) for m in messages)
-
-
-_dict_get: Callable[[Any, str], Any] = dict.get
-
-
-def _step_dict(step: Any) -> dict[str, Any]:
-    return {
-        "policy": step.policy,
-        "removed_messages": step.removed_messages,
-        "removed_tokens": step.removed_tokens,
-        "note": step.note,
-    }

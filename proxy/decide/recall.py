@@ -15,6 +15,7 @@ injects the summarizer.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from policies.memory import starts_with_phrase
 from policies.trim import text_of
 from policies.units import HANDOFF_MARK, PINNED_ROLES
 from proxy.config import RecallSettings
+from proxy.decide.plan import Plan
 from proxy.ingress.chat_request import ChatRequest, Message
 
 HEADER = "x-handoff-recall"
@@ -81,6 +83,31 @@ class Recall:
             "sessions": list(self.sessions),
             "tokens": self.tokens,
         }
+
+
+def token_cap(settings: RecallSettings, budget: int | None) -> int:
+    """The recalled message's token cap: ``recall.max_tokens``, and never more than
+    ``recall.max_share`` of the model's prompt budget (None: the model is unknown)."""
+    if budget is None:
+        return settings.max_tokens
+    return min(settings.max_tokens, int(budget * settings.max_share))
+
+
+def recalled_plan(plan: Plan, recall: Recall) -> Plan:
+    """``plan`` for the request with its recalled message: recorded like a compression
+    step, and said in ``x-handoff-recalled``."""
+    if plan.forwarded is None:
+        plan.forwarded = [dict(m) for m in recall.request.messages]
+    d = plan.decision
+    if d is not None:  # (a copy: the fast path's decision is shared)
+        plan.decision = dataclasses.replace(
+            d, policies=(*d.policies, "recall"), steps=(*d.steps, recall.step())
+        )
+    headers = {**plan.response_headers, RECALLED_HEADER: ",".join(recall.sessions)}
+    applied = headers.get("x-handoff-policy")
+    headers["x-handoff-policy"] = f"{applied},recall" if applied else "recall"
+    plan.headers = headers
+    return plan
 
 
 def opening_key(messages: Sequence[Message]) -> str | None:

@@ -14,7 +14,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from policies.chain import Compression
 from proxy.decide.windows import ModelInfo
+
+SUMMARY_HEADER = "x-handoff-summary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +75,29 @@ def choose(
             ),
         )
     return model, window, ""
+
+
+def least_window(max_tokens: int) -> int:
+    """The smallest window a summarizer model needs: its instructions, a summary so far,
+    the answer (``max_tokens`` each at most), and some text to read."""
+    return 3 * max_tokens + 1024
+
+
+def summary_said(result: Compression, unused: str, in_chain: bool) -> str:
+    """The ``x-handoff-summary`` header: whether the dropped messages got a summary, and
+    why not when not; "" when nothing was dropped or summaries are not in the chain."""
+    if not in_chain:
+        return ""
+    for step in result.steps:
+        if step.policy == "summarize":
+            note = step.note
+            if "summary not used: " in note:
+                return "not used: " + note.split("summary not used: ", 1)[1].rstrip(")")
+            return f"used: {note}" if note else ""
+    dropped = any(s.policy == "truncate" and s.removed_messages for s in result.steps)
+    return f"not used: {unused}" if dropped and unused else ""
+
+
+def header_value(said: str) -> str:
+    """``said`` as a header value: ASCII, at most 300 characters."""
+    return said.encode("ascii", "replace").decode()[:300]

@@ -105,6 +105,33 @@ class _Seen:
 
 async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.StreamResponse:
     svc = request.app[SERVICES]
+    req, up, fields = await _admit(request, svc, fmt, seen)
+    started, t0 = time.time(), time.perf_counter()
+    if svc.gate is not None and svc.gate.must_wait():
+        fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
+    workspace = workspace_for(request.headers)
+    plan = fmt.own_plan(req) if fmt.own_plan is not None else None
+    if plan is None:  # a refusal here is recorded by the handler (record_rejection)
+        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+    seen.recorded = True
+    turn = _begin(svc, request, req, plan, workspace)
+    try:
+        return await _exchange(request, svc, fmt, req, up, plan, turn)
+    except asyncio.CancelledError:
+        turn.cancelled = True
+        raise
+    except HandoffError as e:
+        turn.status, turn.error = e.status, e.body()
+        raise
+    finally:
+        _finish(svc, request, fmt, req, up, turn.replanned or plan, turn, fields, started, t0)
+
+
+async def _admit(
+    request: web.Request, svc: Services, fmt: WireFormat, seen: _Seen
+) -> tuple[ChatRequest, Upstream, dict[str, Any]]:
+    """Read, parse and route the request (each noted in ``seen``, for a refusal's record),
+    and its log fields; refused when the store must record and cannot."""
     raw = await read_limited(request, svc.settings.server.max_body_bytes)
     seen.size = len(raw)
     req = seen.req = fmt.parse(raw, svc.resent(fmt.history_key))
@@ -117,58 +144,63 @@ async def _serve(request: web.Request, fmt: WireFormat, seen: _Seen) -> web.Stre
             "The snapshot store cannot write and store.required is set, so handoff refuses "
             "to serve unrecorded. See /healthz for the store's error."
         )
-    started, t0 = time.time(), time.perf_counter()
-    if svc.gate is not None and svc.gate.must_wait():
-        fields["held_s"] = round(await svc.gate.wait(), 3)  # for the store's writer
-    workspace = workspace_for(request.headers)
-    plan = fmt.own_plan(req) if fmt.own_plan is not None else None
-    if plan is None:  # a refusal here is recorded by the handler (record_rejection)
-        plan = await svc.planner.plan(req, up, client_headers=request.headers, client=workspace)
+    return req, up, fields
+
+
+def _begin(
+    svc: Services, request: web.Request, req: ChatRequest, plan: Plan, workspace: str
+) -> _Turn:
+    """The exchange's turn; with a store, its session is named and announced in the plan."""
     turn = _Turn()
-    seen.recorded = True
     if svc.store is not None:
         hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
         turn.session_id = svc.sessions.announce(workspace, hint, req.messages)
         _announce(plan, turn.session_id)
-    try:
-        return await _exchange(request, svc, fmt, req, up, plan, turn)
-    except asyncio.CancelledError:
-        turn.cancelled = True
-        raise
-    except HandoffError as e:
-        turn.status, turn.error = e.status, e.body()
-        raise
-    finally:
-        # Log, metrics, calibration and the record all describe the attempt actually sent.
-        latency_ms = (time.perf_counter() - t0) * 1000
-        plan = turn.replanned or plan
-        fields.update(
-            upstream_status=turn.status,
-            cancelled=turn.cancelled,
-            decision=plan.decision.action if plan.decision else None,
-            bytes_out=turn.bytes_out,
-        )
-        if (
-            svc.settings.server.log_content
-            or req.params is not None  # the store's writer reads chat answers only
-            or (turn.json_body is not None and svc.planner.wants_usage(plan))
-        ):
-            turn.settle(fmt)  # else the store's writer parses the answer, if it is recorded
-        if turn.usage is not None:
-            svc.planner.observe(req, plan, turn.usage)
-        # The metric's route: the format's, or the one other spelling of chat.
-        route = "/chat/completions" if request.path == "/chat/completions" else fmt.route
-        svc.metrics.observe_chat(
-            route, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
-        )
-        if svc.settings.server.log_content:
-            # Debug only (server.log_content): what was asked, sent and answered.
-            log.info("content", messages=req.messages, forwarded=plan.forwarded, reply=turn.reply)
-        # Recorded once this task yields, so after the response is written: a chat client
-        # waiting for its answer does not wait for the store's bookkeeping too.
-        asyncio.get_running_loop().call_soon(
-            _record, svc, request, fmt, req, up, plan, turn, started, latency_ms
-        )
+    return turn
+
+
+def _finish(
+    svc: Services,
+    request: web.Request,
+    fmt: WireFormat,
+    req: ChatRequest,
+    up: Upstream,
+    plan: Plan,
+    turn: _Turn,
+    fields: dict[str, Any],
+    started: float,
+    t0: float,
+) -> None:
+    """Log, metrics, calibration and the record, all of ``plan``: the attempt actually
+    sent (however the exchange ended)."""
+    latency_ms = (time.perf_counter() - t0) * 1000
+    fields.update(
+        upstream_status=turn.status,
+        cancelled=turn.cancelled,
+        decision=plan.decision.action if plan.decision else None,
+        bytes_out=turn.bytes_out,
+    )
+    if (
+        svc.settings.server.log_content
+        or req.params is not None  # the store's writer reads chat answers only
+        or (turn.json_body is not None and svc.planner.wants_usage(plan))
+    ):
+        turn.settle(fmt)  # else the store's writer parses the answer, if it is recorded
+    if turn.usage is not None:
+        svc.planner.observe(req, plan, turn.usage)
+    # The metric's route: the format's, or the one other spelling of chat.
+    route = "/chat/completions" if request.path == "/chat/completions" else fmt.route
+    svc.metrics.observe_chat(
+        route, req.model, up.name, turn.status, plan.decision, latency_ms / 1000
+    )
+    if svc.settings.server.log_content:
+        # Debug only (server.log_content): what was asked, sent and answered.
+        log.info("content", messages=req.messages, forwarded=plan.forwarded, reply=turn.reply)
+    # Recorded once this task yields, so after the response is written: a chat client
+    # waiting for its answer does not wait for the store's bookkeeping too.
+    asyncio.get_running_loop().call_soon(
+        _record, svc, request, fmt, req, up, plan, turn, started, latency_ms
+    )
 
 
 async def _exchange(

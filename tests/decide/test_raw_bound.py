@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.decide.engine import raw_bound
+from proxy.decide.byte_bound import raw_bound
 from proxy.decide.tokens import TokenCounter
 from proxy.ingress.chat_completions import parse_chat
 from tests.strategies import tool_definitions

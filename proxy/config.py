@@ -226,7 +226,7 @@ REMEMBER = ["remember this", "remember", "save", "记住", "保存"]
 class MemorySettings(_Section):
     enabled: bool = True
     every_turns: int = Field(8, gt=0)
-    """A session's memory is written at this many user turns, and every as many more."""
+    """A session's memory is written at this many user turns, then each time they double."""
     remember_phrases: list[str] = Field(default_factory=lambda: list(REMEMBER))
     """A user message starting with one of these writes the memory now."""
 

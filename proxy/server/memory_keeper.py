@@ -119,7 +119,7 @@ class MemoryKeeper:
             reason = "handoff"
         elif compressed and not seen.compressed:
             reason = "compressed"
-        elif n >= every and n // every > seen.written_at // every:
+        elif n >= max(every, 2 * seen.written_at):  # at 8 user turns, then each doubling
             reason = "turns"
         seen.model, seen.compressed = turn.model, compressed
         if reason is not None:

@@ -44,11 +44,11 @@ WORK = [
 ]
 
 
-async def test_a_memory_at_eight_turns_then_every_eight(
+async def test_a_memory_at_eight_turns_then_as_the_session_doubles(
     fake_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
 ) -> None:
     """No memory at 7 user turns; one at 8 (deterministic, goal = the first request); at 16 it
-    covers 16 turns."""
+    covers 16 turns; none at 24 (the next is due at 32: a long session costs a few writes)."""
     db = tmp_path / "h.db"
     proxy = await make_proxy(fake_upstream.url, store={"path": str(db), "writer": "thread"})
     client = openai.AsyncOpenAI(base_url=proxy.url, api_key="sk-one", max_retries=0)
@@ -69,6 +69,12 @@ async def test_a_memory_at_eight_turns_then_every_eight(
         r = await client.chat.completions.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
         history.append({"role": "assistant", "content": r.choices[0].message.content})
     await until(lambda: any(m["turns"] == 16 for m in memories_in(db)))
+    for ask in [f"later {i}" for i in range(17, 25)]:
+        history.append({"role": "user", "content": ask})
+        r = await client.chat.completions.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
+        history.append({"role": "assistant", "content": r.choices[0].message.content})
+    await asyncio.sleep(0.5)
+    assert [m["turns"] for m in memories_in(db)] == [16]
     await client.close()
 
 

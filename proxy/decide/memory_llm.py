@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import orjson
-
 from policies.memory import SECTIONS
 from proxy.decide.summarizer import Message, Summarizer, SummarizerError, render_transcript
 
@@ -32,17 +30,7 @@ class MemoryWriter(Summarizer):
         task = "The session:"
         if previous_summary:
             task = f"A draft memory, built mechanically:\n\n{previous_summary}\n\nThe session:"
-        body = {
-            "model": self.model,
-            "messages": [
-                {"role": "system", "content": PROMPT},
-                {"role": "user", "content": f"{task}\n\n{render_transcript(messages)}"},
-            ],
-            "max_tokens": self.max_tokens,
-            "temperature": 0,
-            "stream": False,
-        }
-        return orjson.dumps(body)
+        return self.chat_body(PROMPT, f"{task}\n\n{render_transcript(messages)}")
 
 
 _HEADING = re.compile(r"^#{1,3}\s*(.+?)\s*$", re.M)

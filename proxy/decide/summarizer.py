@@ -136,11 +136,15 @@ class Summarizer:
                 f"{previous_summary}\n\nExtend it with these later messages, "
                 "keeping the same sections:"
             )
+        return self.chat_body(SYSTEM_PROMPT, f"{task}\n\n{transcript}")
+
+    def chat_body(self, system: str, user: str) -> bytes:
+        """One deterministic, non-streamed chat request to the summarizer's model."""
         body = {
             "model": self.model,
             "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": f"{task}\n\n{transcript}"},
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
             ],
             "max_tokens": self.max_tokens,
             "temperature": 0,

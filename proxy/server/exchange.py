@@ -64,6 +64,7 @@ class _Turn:
     json_body: bytes | None = None  # a non-streamed answer, parsed only if needed
     replanned: Plan | None = None  # the plan finally sent, when an overflow's retry replaced it
     session_id: str | None = None  # announced in x-handoff-session (see session_ids)
+    session_hint: str | None = None  # the client's own session name, read once
     choices: list[dict[str, Any]] | None = None  # every choice, when n > 1
 
     def settle(self, fmt: WireFormat) -> None:
@@ -154,6 +155,7 @@ def _begin(
     turn = _Turn()
     if svc.store is not None:
         hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+        turn.session_hint = hint
         turn.session_id = svc.sessions.announce(workspace, hint, req.messages)
         _announce(plan, turn.session_id)
     return turn
@@ -375,7 +377,7 @@ def _record(
 ) -> None:
     if svc.store is None:
         return
-    hint = session_hint(request.headers, req.body, svc.settings.store.session_from_body)
+    hint = turn.session_hint  # (read in _begin, which runs whenever there is a store)
     if turn.session_id is not None:
         svc.sessions.answered(turn.session_id, workspace_for(request.headers), req.messages)
     params = request_params(req.body) if req.params is None else dict(req.params)

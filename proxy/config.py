@@ -113,6 +113,9 @@ class UpstreamSettings(_Section):
     ca_bundle: str | None = None
     kind: Literal["openai", "anthropic"] = "openai"
     """The wire formats it speaks: OpenAI's (Chat Completions…) or Anthropic Messages."""
+    discover: bool | None = None
+    """Ask it for windows at start-up (with ``tokens.discover``): true, false, or unset
+    for GET /v1/models, plus a local server's own endpoints unless it is a hosted API."""
 
     @field_validator("base_url")
     @classmethod

@@ -24,7 +24,7 @@ from proxy.config import Settings
 from proxy.decide.engine import Engine
 from proxy.decide.plan import Planner
 from proxy.decide.windows.discovery import fetch_listing
-from proxy.decide.windows.local_servers import fetch_server_windows
+from proxy.decide.windows.local_servers import fetch_server_windows, probe_server
 from proxy.errors import anthropic_shape
 from proxy.process_tuning import raise_gc_threshold
 from proxy.server.browser_guard import BrowserGuard
@@ -255,12 +255,16 @@ async def _discover_windows(app: web.Application) -> AsyncIterator[None]:
 
     async def discover() -> None:
         for up in svc.router.upstreams:
-            if up.session is None or up.kind == "anthropic":  # its list names no windows
-                continue
+            if up.session is None or up.kind == "anthropic" or up.discover is False:
+                continue  # an Anthropic list names no windows
             headers = {"Authorization": f"Bearer {up.api_key}"} if up.api_key else {}
             windows, listed = await fetch_listing(up.session, up.base_url, headers, 5.0)
-            served, kind = await fetch_server_windows(up.session, up.base_url, headers, 5.0, listed)
-            windows.update(served)  # what the server runs with beats what it lists
+            kind = None
+            if probe_server(up.base_url, up.discover):
+                served, kind = await fetch_server_windows(
+                    up.session, up.base_url, headers, 5.0, listed
+                )
+                windows.update(served)  # what the server runs with beats what it lists
             if windows:
                 engine.registry.learn(up.name, windows)
                 log.info("windows_discovered", upstream=up.name, models=len(windows), server=kind)

@@ -64,6 +64,8 @@ class Upstream:
     kind: str = "any"
     """``openai``, ``anthropic``, or ``any`` (the ``--upstream`` catch-all): which wire
     formats' requests it is routed."""
+    discover: bool | None = None
+    """Asked for windows at start-up: True, False, or None (by its host)."""
     session: aiohttp.ClientSession | None = field(default=None, repr=False)
     _ssl: ssl.SSLContext | None = field(default=None, init=False, repr=False)
     _base: URL = field(init=False, repr=False)  # base_url's scheme, authority and path
@@ -164,6 +166,7 @@ def _from_settings(u: UpstreamSettings) -> Upstream:
         headers=dict(u.headers),
         ca_bundle=u.ca_bundle,
         kind=u.kind,
+        discover=u.discover,
     )
     try:
         up.ssl_context()  # load the CA bundle now: a bad one fails at start-up, by name

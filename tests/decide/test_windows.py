@@ -14,6 +14,7 @@ from proxy.decide.windows.local_servers import (
     OLLAMA_DEFAULT_NUM_CTX,
     fetch_server_windows,
     ollama_window,
+    probe_server,
 )
 from proxy.decide.windows.matching import candidates
 from tests.fake_upstream import FakeUpstream
@@ -278,3 +279,23 @@ def test_ollama_window_without_num_ctx_is_capped_by_its_default() -> None:
     assert ollama_window({"model_info": {"qwen2.context_length": 2048}}) == 2048
     assert ollama_window({"parameters": "num_ctx 16384"}) == 16384
     assert ollama_window("nope") is None
+
+
+@pytest.mark.parametrize(
+    ("base_url", "discover", "probed"),
+    [
+        ("https://api.openai.com/v1", None, False),
+        ("https://my-team.openai.azure.com/openai/v1", None, False),
+        ("https://API.Anthropic.com./v1", None, False),
+        ("https://openrouter.ai/api/v1", None, False),
+        ("https://api.openai.com/v1", True, True),
+        ("http://127.0.0.1:8080/v1", None, True),
+        ("http://gpu01.corp.example.com:8000/v1", None, True),
+        ("http://notapi.openai.com.example.net/v1", None, True),
+        ("http://127.0.0.1:8080/v1", False, False),
+    ],
+)
+def test_local_server_endpoints_are_asked_unless_hosted_or_configured_off(
+    base_url: str, discover: bool | None, probed: bool
+) -> None:
+    assert probe_server(base_url, discover) is probed

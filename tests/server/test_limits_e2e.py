@@ -254,3 +254,22 @@ async def test_llamacpp_empty_stream_then_closed_connection_still_answers(
     status, _, raw = await post_chat(proxy, body)
     assert status == 200 and raw.endswith(b"data: [DONE]\n\n"), raw
     assert len(fake.chat_requests) == 2 and fake.dropped == 1
+
+
+async def test_an_upstream_set_not_to_discover_is_asked_nothing_at_start(
+    fake_upstream_factory: Any, make_proxy: MakeProxy
+) -> None:
+    """``discover = false`` on an upstream: no start-up request reaches it, so its
+    window stays unknown (here passed through) until an overflow names it."""
+    fake = await fake_upstream_factory(
+        models={"local-llama": 2048}, context_error_style="llamacpp", local_server="llamacpp"
+    )
+    proxy = await make_proxy(
+        upstreams=[{"name": "quiet", "base_url": fake.url, "models": ["*"], "discover": False}]
+    )
+    await proxy.app[DISCOVERY]
+    assert fake.requests == []
+    status, headers, _ = await post_chat(
+        proxy, {"model": "local-llama", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert status == 200 and "x-handoff-window" not in headers

@@ -15,7 +15,8 @@ not the one the server was started with, which is what a prompt must fit:
   (:mod:`proxy.decide.windows.learned`).
 
 The server's root is ``base_url`` without its ``/v1``. A server that is none of these
-answers 404 to each probe, once, at start-up.
+answers 404 to each probe, once, at start-up; hosted APIs (:data:`HOSTED`) are not
+probed at all unless the upstream sets ``discover = true``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from proxy.decide.windows.discovery import fetch_json, parse_models_listing
 
@@ -35,7 +37,26 @@ default since 0.6); a server started with more needs a ``[models]`` entry."""
 MAX_SHOWN = 64
 """Ollama models asked about, at most (one request each)."""
 
+HOSTED = (
+    "api.openai.com", "openai.azure.com", "api.anthropic.com", "openrouter.ai",
+    "googleapis.com", "api.groq.com", "api.mistral.ai", "api.deepseek.com",
+    "api.together.xyz", "api.fireworks.ai", "api.x.ai", "api.cohere.ai", "api.cohere.com",
+    "api.perplexity.ai", "dashscope.aliyuncs.com", "api.moonshot.ai", "api.cerebras.ai",
+    "amazonaws.com", "inference.ai.azure.com", "api.deepinfra.com",
+)  # fmt: skip
+"""Hosts (and their subdomains) of hosted APIs: no llama.cpp, LM Studio or Ollama
+behind them, so their windows come from /v1/models and the built-in table only."""
+
 _NUM_CTX = re.compile(r"^\s*num_ctx\s+(\d+)\s*$", re.M)
+
+
+def probe_server(base_url: str, discover: bool | None) -> bool:
+    """Ask the server behind ``base_url`` its own endpoints for windows? As configured,
+    else unless its host is a hosted API's."""
+    if discover is not None:
+        return discover
+    host = (URL(base_url).host or "").lower().rstrip(".")
+    return not any(host == h or host.endswith("." + h) for h in HOSTED)
 
 
 def server_root(base_url: str) -> str:

@@ -30,7 +30,12 @@ request with these messages (and the request's tools, response_format…) would 
 
 Summarize = Callable[[Sequence[Message], "str | None"], Awaitable[str]]
 """Writes a structured summary of ``messages``; the second argument is the summary of
-what was dropped before them, to continue from, or None. Raises on timeout or error."""
+what was dropped before them (context, not to repeat), or None. Raises on timeout or
+error."""
+
+Merge = Callable[[Sequence[str], int], Awaitable[str]]
+"""Merges summaries, oldest first, into one of at most about the given number of
+characters (the same LLM as :data:`Summarize`). Raises on timeout or error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +118,8 @@ class PolicyContext:
     """Where a mark that must move aims (the low-water mark, at most ``budget``), so that
     the turns after it fit without moving it again. None: the budget itself."""
     summarize: Summarize | None = None
+    merge: Merge | None = None
+    """Rewrites a summary note that has no room for another block as one block."""
     previous: CutState | None = None
     memo: Memo = field(default_factory=Memo)
 

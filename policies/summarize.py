@@ -5,8 +5,11 @@ steps; the user's requests verbatim where short) comes from ``ctx.summarize``. I
 a block of the same note the digest uses (``policies.truncate``): each move of the
 cut appends a summary of the newly dropped messages, written with the earlier
 blocks as context, and kept in the cut's mark, so later turns replay it without a
-call. A summarizer that fails or is missing never fails the request: the block is
-the digest instead, and the step's note says why.
+call. The note stays within its room (:func:`policies.truncate.note_chars`): when a
+new block would overflow it, the earlier blocks and the new one are merged into one
+by ``ctx.merge`` (the prefix changes, but only at a move of the cut). A summarizer
+that fails or is missing never fails the request: the block is the digest instead,
+and the step's note says why.
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from policies.base import Mark, Message, PolicyContext
-from policies.fitting import Fitting
-from policies.truncate import DigestWriter, Note, Truncate, drop_more
+from policies.fitting import NOTE_HEADER, Fitting
+from policies.truncate import DigestWriter, Note, Truncate, drop_more, note_chars
 
 SUMMARY_PREFIX = "\n\n— summary of {count:,} message(s):\n"
 
 
 class SummaryWriter:
-    """Blocks written by the summarizer LLM; the digest when it cannot."""
+    """Blocks written by the summarizer LLM, merged into one when the note is full; the
+    digest when it cannot."""
 
     def __init__(self, reserve_tokens: int) -> None:
         self.reserve_tokens = reserve_tokens
@@ -36,22 +40,48 @@ class SummaryWriter:
         ctx: PolicyContext,
     ) -> Note:  # fmt: skip
         blocks = mark.blocks if mark is not None else ()
+        seen = mark.seen if mark is not None else ()
         previous = "".join(blocks).strip() or None
         if ctx.summarize is None:
             self.why = "no summarizer configured"
-        else:
-            try:
-                text = await ctx.summarize(newly, previous)
-            except Exception as e:  # injected callable; a failure must never fail the request
-                self.why = f"summarizer failed: {type(e).__name__}: {e}"[:300]
-            else:
-                if text.strip():
-                    self.why = ""
-                    block = SUMMARY_PREFIX.format(count=len(newly)) + text.strip()
-                    seen = mark.seen if mark is not None else ()
-                    return Note((*blocks, block), seen)
-                self.why = "summarizer returned an empty summary"
-        return await self.fallback.write(newly, dropped, mark, ctx)
+            return await self.fallback.write(newly, dropped, mark, ctx)
+        try:
+            text = (await ctx.summarize(newly, previous)).strip()
+        except Exception as e:  # injected callable; a failure must never fail the request
+            self.why = f"summarizer failed: {type(e).__name__}: {e}"[:300]
+            return await self.fallback.write(newly, dropped, mark, ctx)
+        if not text:
+            self.why = "summarizer returned an empty summary"
+            return await self.fallback.write(newly, dropped, mark, ctx)
+        block = SUMMARY_PREFIX.format(count=len(newly)) + text
+        room = note_chars(ctx) - len(NOTE_HEADER)
+        if sum(len(b) for b in blocks) + len(block) <= room:
+            self.why = ""
+            return Note((*blocks, block), seen)
+        return await self._merged([*blocks, block], newly, dropped, mark, ctx)
+
+    async def _merged(
+        self, blocks: Sequence[str], newly: Sequence[Message], dropped: Sequence[Message],
+        mark: Mark | None, ctx: PolicyContext,
+    ) -> Note:  # fmt: skip
+        """The note as one summary block over everything dropped, when it fits its room."""
+        prefix = SUMMARY_PREFIX.format(count=len(dropped))
+        limit = note_chars(ctx) - len(NOTE_HEADER) - len(prefix)
+        if ctx.merge is None:
+            self.why = "the note is full and no summarizer can merge it"
+            return await self.fallback.write(newly, dropped, mark, ctx)
+        try:
+            text = (await ctx.merge([b.strip() for b in blocks], limit)).strip()
+        except Exception as e:  # injected callable; a failure must never fail the request
+            self.why = f"merging the full note failed: {type(e).__name__}: {e}"[:300]
+            return await self.fallback.write(newly, dropped, mark, ctx)
+        if not text or len(text) > limit:
+            self.why = (
+                f"the merged summary ({len(text):,} characters) exceeds the note's room ({limit:,})"
+            )
+            return await self.fallback.write(newly, dropped, mark, ctx)
+        self.why = ""
+        return Note((prefix + text,), mark.seen if mark is not None else ())
 
 
 class Summarize(Truncate):

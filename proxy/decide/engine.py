@@ -18,7 +18,7 @@ from functools import partial
 
 import structlog
 
-from policies.base import CountTokens, PolicyContext, Summarize
+from policies.base import CountTokens, Merge, PolicyContext, Summarize
 from policies.chain import compress
 from policies.errors import ContextTooLarge as PinnedTooLarge
 from proxy.config import Settings
@@ -51,8 +51,18 @@ from proxy.upstream.routing import Upstream
 
 log = structlog.get_logger("handoff.engine")
 
+
+@dataclass(frozen=True, slots=True)
+class SummaryCalls:
+    """The summarizer's two calls for one request: summarize dropped messages, and merge
+    summaries when the note has no room for another block."""
+
+    summarize: Summarize
+    merge: Merge
+
+
 SummarizerFactory = Callable[
-    [ChatRequest, Upstream, Mapping[str, str], SummarizerChoice], "Summarize | None"
+    [ChatRequest, Upstream, Mapping[str, str], SummarizerChoice], "SummaryCalls | None"
 ]
 """Builds the summarize callable for one request (its upstream, the client's key, and the
 model chosen to read the dropped part)."""
@@ -266,7 +276,8 @@ class Engine:
         remembered for this window may be that very one (a refusal with no limit named),
         so it is not replayed."""
         req, retry = ask.req, ask.hard_limit is not None
-        summarize, unused = await self._summarizer(ask, key)
+        calls, unused = await self._summarizer(ask, key)
+        summarize = calls.summarize if calls is not None else None
         budget = target.budget.budget
         cut_key = (key, target.budget.window)
         ctx = PolicyContext(
@@ -274,6 +285,7 @@ class Engine:
             count=self._count_fn(memo.factor, base),
             target=low_water_target(budget, self.settings.compression.low_water),
             summarize=summarize,
+            merge=calls.merge if calls is not None else None,
             previous=None if retry else self.cuts.get(cut_key),
             memo=memo.policies,
         )
@@ -289,8 +301,8 @@ class Engine:
         said = summary_said(result, unused, "summarize" in self.settings.compression.chain)
         return compressed(req, target, tokens, result, base(result.messages), said)
 
-    async def _summarizer(self, ask: _Ask, key: str) -> tuple[Summarize | None, str]:
-        """The summarize callable, or None and why not."""
+    async def _summarizer(self, ask: _Ask, key: str) -> tuple[SummaryCalls | None, str]:
+        """The summarizer's calls, or None and why not."""
         req, up = ask.req, ask.up
         cfg = self.settings.compression.summarize
         if not cfg.enabled:

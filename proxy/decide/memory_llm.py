@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from policies.memory import SECTIONS
-from proxy.decide.summarizer import Message, Summarizer, SummarizerError, render_transcript
+from proxy.decide.summarizer import ChatCall, Message, SummarizerError, render_transcript
 
 PROMPT = (
     "You write the memory of a working session between a user and an AI assistant, so "
@@ -23,8 +23,11 @@ PROMPT = (
 )
 
 
-class MemoryWriter(Summarizer):
-    """A :class:`Summarizer` whose request asks for a session memory."""
+class MemoryWriter(ChatCall):
+    """The summarizer's model and upstream, asked for a session memory in one call."""
+
+    async def __call__(self, messages: Sequence[Message], draft: str) -> str:
+        return await self.ask(self.request_body(messages, draft))
 
     def request_body(self, messages: Sequence[Message], previous_summary: str | None) -> bytes:
         task = "The session:"

@@ -1,17 +1,19 @@
-"""The summarizer: an LLM call that writes the structured summary for ``summarize``.
+"""The summarizer: LLM calls that write the structured summary for ``summarize``.
 
-A :class:`Summarizer` is the ``ctx.summarize`` callable the proxy injects. It posts
-one non-streaming chat-completions request (the configured model and upstream)
-with a system prompt asking for six sections and the dropped turns rendered as a
-compact transcript (tool calls one line each, huge tool outputs cut inside the
-transcript), in pieces that fit the summarizer model when the dropped part does not,
-each extending the summary before it; summaries already written come from a
-:class:`SummaryCache` (the store). Any timeout, non-200 or malformed body raises
-:class:`SummarizerError`, which the policy turns into "the digest instead, and why".
+A :class:`Summarizer` is the ``ctx.summarize`` callable the proxy injects, and its
+``merge`` the ``ctx.merge``. Each call is one non-streaming chat-completions request
+(the chosen model and upstream) with a system prompt asking for six sections. The
+dropped turns are rendered as a compact transcript (tool calls one line each, huge
+tool outputs cut inside it), split into pieces that fit the model, summarized piece
+by piece and merged by reduce calls in a tree, so no call is larger than the model
+reads. Every answer is kept in a :class:`SummaryCache` (the store) by the hash of its
+request. Any timeout, non-200 or malformed body raises :class:`SummarizerError`,
+which the policy turns into "the digest instead, and why".
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -93,13 +95,9 @@ class SummaryCache(Protocol):
     def put(self, key: str, text: str) -> None: ...
 
 
-class Summarizer:
-    """Calls ``{base_url}/chat/completions`` to summarize (or extend a summary).
-
-    With ``input_tokens`` (what the summarizer model can read besides its answer) and
-    ``count`` (its tokens in a text), dropped messages that do not fit one call are
-    split into pieces that do, each summarized extending the summary of those before:
-    every call fits the model, whatever the size of what is dropped."""
+class ChatCall:
+    """One non-streamed call to ``{base_url}/chat/completions``, answered from the
+    cache when the same request body was answered before (any restart included)."""
 
     def __init__(
         self,
@@ -110,8 +108,6 @@ class Summarizer:
         timeout: float,
         max_tokens: int,
         *,
-        input_tokens: int | None = None,
-        count: Callable[[str], int] | None = None,
         cache: SummaryCache | None = None,
     ) -> None:
         self.session = session
@@ -120,26 +116,11 @@ class Summarizer:
         self.model = model
         self.timeout = timeout
         self.max_tokens = max_tokens
-        self.input_tokens = input_tokens
-        self.count = count or (lambda text: len(text) // 2 + 1)  # a token is >= 2 chars, mostly
         self.cache = cache
-        self.calls = 0  # summaries requested from the model (not found in the cache)
-
-    def request_body(self, messages: Sequence[Message], previous_summary: str | None) -> bytes:
-        return self._body(render_transcript(messages), previous_summary)
-
-    def _body(self, transcript: str, previous_summary: str | None) -> bytes:
-        task = "Summarize this conversation:"
-        if previous_summary:
-            task = (
-                "Here is the summary of the conversation so far:\n\n"
-                f"{previous_summary}\n\nExtend it with these later messages, "
-                "keeping the same sections:"
-            )
-        return self.chat_body(SYSTEM_PROMPT, f"{task}\n\n{transcript}")
+        self.calls = 0  # requests sent to the model (not found in the cache)
 
     def chat_body(self, system: str, user: str) -> bytes:
-        """One deterministic, non-streamed chat request to the summarizer's model."""
+        """One deterministic, non-streamed chat request to the model."""
         body = {
             "model": self.model,
             "messages": [
@@ -152,43 +133,9 @@ class Summarizer:
         }
         return orjson.dumps(body)
 
-    async def __call__(self, messages: Sequence[Message], previous_summary: str | None) -> str:
-        summary = previous_summary
-        for piece in self.pieces(messages, previous_summary):
-            summary = await self._summarize(piece, summary)
-        if summary is None or summary == previous_summary:
-            raise SummarizerError("nothing to summarize")
-        return summary
-
-    def pieces(self, messages: Sequence[Message], previous: str | None) -> list[str]:
-        """The transcript of ``messages`` in pieces that each fit one call (room left for
-        the system prompt, a summary so far as long as the answer, and the answer)."""
-        blocks = [render_transcript([m]) for m in messages]
-        blocks = [b for b in blocks if b]
-        if self.input_tokens is None:
-            return ["\n\n".join(blocks)] if blocks else []
-        fixed = self.count(SYSTEM_PROMPT) + 64 + max(self.max_tokens, self.count(previous or ""))
-        room = max(256, self.input_tokens - fixed)
-        out: list[str] = []
-        piece: list[str] = []
-        used = 0
-        for block in blocks:
-            size = self.count(block)
-            if size > room:  # one message alone over a call: its middle goes
-                block = _clip(block, max(200, len(block) * room // (size + 1)))
-                size = self.count(block)
-            if piece and used + size > room:
-                out.append("\n\n".join(piece))
-                piece, used = [], 0
-            piece.append(block)
-            used += size
-        if piece:
-            out.append("\n\n".join(piece))
-        return out
-
-    async def _summarize(self, transcript: str, previous: str | None) -> str:
-        data = self._body(transcript, previous)
-        key = hashlib.sha256(data).hexdigest()  # what is summarized, by which model, how
+    async def ask(self, data: bytes) -> str:
+        """The answer's text; keyed by the hash of ``data`` (what, by which model, how)."""
+        key = hashlib.sha256(data).hexdigest()
         if self.cache is not None and (hit := await self.cache.get(key)) is not None:
             return hit
         self.calls += 1
@@ -210,6 +157,149 @@ class Summarizer:
         if self.cache is not None:
             self.cache.put(key, text)
         return text
+
+
+class Summarizer(ChatCall):
+    """Summarizes dropped messages by map-reduce, so every call fits the model.
+
+    With ``input_tokens`` (what the model reads besides its answer) and ``count`` (its
+    tokens in a text), the transcript is split at message boundaries into pieces that
+    fit one call; each piece is summarized on its own (``concurrency`` at once), and
+    the piece summaries are merged by a reduce call, in groups that fit and again
+    over the groups' summaries when they do not fit one (a tree). Leaves depend on
+    their piece alone, so a cut that moves finds the ones it made before in the cache.
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        headers: Mapping[str, str],
+        model: str,
+        timeout: float,
+        max_tokens: int,
+        *,
+        input_tokens: int | None = None,
+        count: Callable[[str], int] | None = None,
+        cache: SummaryCache | None = None,
+        concurrency: int = 3,
+    ) -> None:
+        super().__init__(session, base_url, headers, model, timeout, max_tokens, cache=cache)
+        self.input_tokens = input_tokens
+        self.count = count or (lambda text: len(text) // 2 + 1)  # a token is >= 2 chars, mostly
+        self.concurrency = concurrency
+
+    async def __call__(self, messages: Sequence[Message], previous_summary: str | None) -> str:
+        """A summary of ``messages``; ``previous_summary`` (of what came before them) is
+        context for the reduce call, never part of a leaf."""
+        pieces = self.pieces(messages)
+        if not pieces:
+            raise SummarizerError("nothing to summarize")
+        leaves = await self._all([self.chat_body(SYSTEM_PROMPT, leaf_prompt(p)) for p in pieces])
+        if len(leaves) == 1:
+            return leaves[0]
+        return await self._reduce(leaves, previous_summary, None)
+
+    async def merge(self, summaries: Sequence[str], limit: int) -> str:
+        """One summary of ``summaries`` (oldest first), asked to stay within ``limit``
+        characters: how a note that has no room for another block becomes one block."""
+        if not summaries:
+            raise SummarizerError("nothing to merge")
+        return await self._reduce(list(summaries), None, limit)
+
+    def pieces(self, messages: Sequence[Message]) -> list[str]:
+        """The transcript of ``messages`` in pieces that each fit one leaf call; a single
+        message over a call is cut in its middle."""
+        blocks = [b for b in (render_transcript([m]) for m in messages) if b]
+        if self.input_tokens is None:
+            return ["\n\n".join(blocks)] if blocks else []
+        room = self._room(leaf_prompt(""))
+        out: list[str] = []
+        piece: list[str] = []
+        used = 0
+        for block in blocks:
+            block = self._clip_tokens(block, room)
+            size = self.count(block) + 1  # and the blank line that joins it
+            if piece and used + size > room:
+                out.append("\n\n".join(piece))
+                piece, used = [], 0
+            piece.append(block)
+            used += size
+        if piece:
+            out.append("\n\n".join(piece))
+        return out
+
+    async def _reduce(self, texts: list[str], previous: str | None, limit: int | None) -> str:
+        """Merge ``texts`` in one call when they fit it, else group by group first."""
+        if self.input_tokens is None:
+            return await self.ask(
+                self.chat_body(SYSTEM_PROMPT, reduce_prompt(texts, previous, limit))
+            )
+        room = self._room(reduce_prompt([], None, limit))
+        texts = [self._clip_tokens(t, room // 2 - 16) for t in texts]
+        previous = self._clip_tokens(previous, room // 4) if previous else None
+        while not self._fits(prompt := reduce_prompt(texts, previous, limit)):
+            groups: list[list[str]] = [[]]
+            for t in texts:  # any two fit one call, so each round at least halves them
+                if groups[-1] and not self._fits(reduce_prompt([*groups[-1], t], None, None)):
+                    groups.append([])
+                groups[-1].append(t)
+            bodies = [self.chat_body(SYSTEM_PROMPT, reduce_prompt(g, None, None)) for g in groups]
+            texts = [self._clip_tokens(t, room // 2 - 16) for t in await self._all(bodies)]
+        return await self.ask(self.chat_body(SYSTEM_PROMPT, prompt))
+
+    async def _all(self, bodies: Sequence[bytes]) -> list[str]:
+        """The answers to ``bodies``, in order, at most ``concurrency`` in flight; the
+        first failure cancels the rest and is raised as it is."""
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(data: bytes) -> str:
+            async with gate:
+                return await self.ask(data)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(b)) for b in bodies]
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        return [t.result() for t in tasks]
+
+    def _room(self, prompt: str) -> int:
+        """Tokens left for text in a call whose prompt, without that text, is ``prompt``."""
+        assert self.input_tokens is not None
+        return max(256, self.input_tokens - self.count(SYSTEM_PROMPT) - self.count(prompt) - 64)
+
+    def _fits(self, prompt: str) -> bool:
+        if self.input_tokens is None:
+            return True
+        return self.count(SYSTEM_PROMPT) + self.count(prompt) + 64 <= self.input_tokens
+
+    def _clip_tokens(self, text: str, tokens: int) -> str:
+        size = self.count(text)
+        if size <= tokens:
+            return text
+        return _clip(text, max(100, len(text) * tokens // (size + 1)))
+
+
+def leaf_prompt(transcript: str) -> str:
+    return f"Summarize this conversation:\n\n{transcript}"
+
+
+def reduce_prompt(summaries: Sequence[str], previous: str | None, limit: int | None) -> str:
+    """The reduce call's request: summaries of consecutive parts merged into one, with the
+    summary of what came before them as context only."""
+    head = ""
+    if previous:
+        head = (
+            "For context only (do not repeat it), the summary of what came before:\n\n"
+            f"{previous}\n\n"
+        )
+    within = f", at most {limit:,} characters long" if limit else ""
+    parts = "\n\n".join(f"--- part {i} ---\n{s}" for i, s in enumerate(summaries, 1))
+    return (
+        f"{head}Merge these summaries of consecutive parts of a conversation, oldest first, "
+        f"into one summary with the same sections{within}:\n\n{parts}"
+    )
 
 
 def _content(raw: bytes) -> str:

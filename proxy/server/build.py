@@ -8,9 +8,9 @@ import asyncio
 import math
 from collections.abc import Mapping, Sequence
 
-from policies.base import Message, Summarize
+from policies.base import Message
 from proxy.config import Settings
-from proxy.decide.engine import Engine, SummarizerFactory
+from proxy.decide.engine import Engine, SummarizerFactory, SummaryCalls
 from proxy.decide.memory_llm import MemoryWriter
 from proxy.decide.recall import RecallSource
 from proxy.decide.summarizer import Summarizer, SummaryCache
@@ -67,13 +67,13 @@ def summarizer_factory(
 ) -> SummarizerFactory:
     """Summaries go to ``compression.summarize.upstream`` (default: the request's own),
     with that upstream's key, or the client's when the upstream has none, written by
-    the model the engine chose (:mod:`proxy.decide.summarizer_choice`) in pieces that
-    fit its window."""
+    the model the engine chose (:mod:`proxy.decide.summarizer_choice`), by map-reduce
+    in calls that fit its window."""
     cfg = settings.compression.summarize
 
     def make(
         req: ChatRequest, up: Upstream, client_headers: Mapping[str, str], choice: SummarizerChoice
-    ) -> Summarize | None:
+    ) -> SummaryCalls | None:
         target = router.by_name(cfg.upstream) if cfg.upstream else up
         if target is None or target.session is None or choice.model is None:
             return None
@@ -89,18 +89,28 @@ def summarizer_factory(
             cache=cache,
         )
         if metrics is None:
-            return summarizer
+            return SummaryCalls(summarizer, summarizer.merge)
+        counted = metrics.summarizer_calls
 
-        async def counted(messages: Sequence[Message], previous: str | None) -> str:
+        async def summarize(messages: Sequence[Message], previous: str | None) -> str:
             try:
                 text = await summarizer(messages, previous)
             except Exception:
-                metrics.summarizer_calls.labels("error").inc()
+                counted.labels("error").inc()
                 raise
-            metrics.summarizer_calls.labels("ok").inc()
+            counted.labels("ok").inc()
             return text
 
-        return counted
+        async def merge(summaries: Sequence[str], limit: int) -> str:
+            try:
+                text = await summarizer.merge(summaries, limit)
+            except Exception:
+                counted.labels("error").inc()
+                raise
+            counted.labels("ok").inc()
+            return text
+
+        return SummaryCalls(summarize, merge)
 
     return make
 

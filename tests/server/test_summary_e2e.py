@@ -81,7 +81,40 @@ async def test_a_summary_larger_than_its_model_is_written_in_pieces(
     assert len(calls) >= 2 and {c["model"] for c in calls} == {"small-8k"}
     counter = TokenCounter(cache_size=0).for_model("gpt-4o")
     assert all(counter.count_request(c) + c["max_tokens"] <= 8192 for c in calls)
-    assert "Here is the summary of the conversation so far" in json.dumps(calls[-1])
+    users = [c["messages"][1]["content"] for c in calls]
+    leaves = [u for u in users if u.startswith("Summarize this conversation:")]
+    reduces = [u for u in users if "Merge these summaries" in u]
+    assert len(leaves) >= 2 and reduces
+    assert not any("Echo:" in u or "summary of what came before" in u for u in leaves)
+    # the fake answers "Echo: " + the start of the prompt: the reduce call holds them
+    answers = [("Echo: " + u[:200]).strip() for u in leaves]
+    assert all(any(a in r for r in reduces) for a in answers)
+
+
+async def test_a_restart_replaying_a_piecewise_summary_makes_no_call(
+    exact_upstream: FakeUpstream, make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """Leaves and reduce calls are all kept in the store: the same conversation after a
+    restart asks the summarizer nothing."""
+    config: dict[str, Any] = {
+        "models": MODELS_CONFIG,
+        "compression": {"chain": CHAIN, "summarize": {"enabled": True, "max_tokens": 512}},
+        "store": {"path": str(tmp_path / "h.db"), "writer": "thread"},
+        "tokens": {"discover": False},
+        "memory": {"enabled": False},
+    }
+    body = {"model": "small-8k", "messages": _session(16)}
+    proxy = await make_proxy(exact_upstream.url, **config)
+    status, _, raw = await post_chat(proxy, body)
+    assert status == 200, raw
+    asked = len(_summary_calls(exact_upstream))
+    assert asked >= 3
+    await proxy.server.close()
+    again = await make_proxy(exact_upstream.url, **config)
+    status, headers, raw = await post_chat(again, body)
+    assert status == 200, raw
+    assert headers["x-handoff-summary"].startswith("used"), headers.get("x-handoff-summary")
+    assert len(_summary_calls(exact_upstream)) == asked
 
 
 async def test_summaries_are_kept_in_the_store_across_a_restart(

@@ -126,3 +126,35 @@ def test_pieces_fit_the_summarizer_window() -> None:
     room = 2048 - count(SYSTEM_PROMPT) - 64
     assert all(count(p) <= room + 50 for p in pieces)
     assert sum(p.count("[user]") for p in pieces) == 10
+
+
+async def test_piece_summaries_too_large_for_one_reduce_are_merged_as_a_tree(
+    aiohttp_server: Any,
+) -> None:
+    """Leaf answers that together overflow one call are reduced in groups, then the
+    groups' summaries again: every request fits ``input_tokens``, and leaves carry no
+    earlier summary."""
+    seen: list[str] = []
+
+    def count(text: str) -> int:
+        return len(text) // 4 + 1
+
+    async def handler(request: web.Request) -> web.Response:
+        user = (await request.json())["messages"][1]["content"]
+        seen.append(user)
+        kind = "merged" if user.startswith("For context") or "Merge these" in user else "leaf"
+        return web.json_response({"choices": [{"message": {"content": f"{kind} " + "y" * 1200}}]})
+
+    server = await _server(aiohttp_server, handler)
+    messages = [{"role": "user", "content": f"step {i} " + "word " * 500} for i in range(24)]
+    async with aiohttp.ClientSession() as session:
+        s = Summarizer(session, str(server.make_url("/v1")), {}, "m", 5.0, 256,
+                       input_tokens=2048, count=count)  # fmt: skip
+        text = await s(messages, "the summary before")
+    assert text.startswith("merged")
+    assert all(count(SYSTEM_PROMPT) + count(u) <= 2048 for u in seen)
+    leaves = [u for u in seen if u.startswith("Summarize this conversation:")]
+    reduces = [u for u in seen if "Merge these" in u]
+    assert len(leaves) >= 4 and not any("summary before" in u for u in leaves)
+    assert any("leaf y" in u for u in reduces) and any("merged y" in u for u in reduces)
+    assert sum("summary before" in u for u in reduces) == 1  # context for the root only

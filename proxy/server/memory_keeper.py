@@ -5,15 +5,16 @@ whether the session's memory is due: at ``memory.every_turns`` user turns and ev
 many more, when the conversation is first compressed, when it moves to another model,
 or when the user asks (``memory.remember_phrases``). Due turns wait in a small queue
 for one background task, owned by the app (started and awaited in its cleanup
-context), that finds the session the store threaded the turn into, builds the memory
-(refined by the summarizer's LLM when one is configured) and writes it.
+context), that builds the memory (refined by the summarizer's LLM when one is
+configured) and queues it to the store's writer, after the turn: the writer writes it
+into the session it threaded the turn into, in its own transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,15 +26,15 @@ from policies.memory import starts_with_phrase
 from policies.trim import text_of
 from proxy.config import Settings
 from proxy.decide.cut_memory import conversation_key
-from proxy.store.base import Store, StoreReader, TurnRecord, settled
+from proxy.store.base import Store, TurnRecord, settled
 from proxy.store.remember import Refine, remembered, user_turns
 
 log = structlog.get_logger("handoff.memory")
 
 QUEUE = 64
 """Due memories waiting; past it the newest is dropped (the next trigger writes it)."""
-FIND_S = 10.0
-"""How long the keeper waits for a turn to reach the disk before giving it up."""
+CLOSE_S = 10.0
+"""How long closing waits for the memories due to be built."""
 CONVERSATIONS = 4096
 
 
@@ -65,12 +66,10 @@ class MemoryKeeper:
         self,
         settings: Settings,
         store: Store,
-        reader: StoreReader,
         refine: RefineFactory | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
-        self.reader = reader
         self.refine = refine
         self.queue: asyncio.Queue[_Due] = asyncio.Queue(QUEUE)
         self._seen: OrderedDict[int | str, _Seen] = OrderedDict()
@@ -135,7 +134,7 @@ class MemoryKeeper:
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.queue.join(), FIND_S)
+            await asyncio.wait_for(self.queue.join(), CLOSE_S)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -153,32 +152,16 @@ class MemoryKeeper:
 
     async def _write(self, due: _Due) -> None:
         turn = settled(due.turn)  # (a non-streamed answer is read here, off the request path)
-        sid = await self._session_of(turn)
-        if sid is None:
-            log.warning("memory_session_not_found", workspace=turn.workspace)
-            return
         messages: Sequence[Mapping[str, Any]] = list(turn.messages)
         if turn.reply is not None:
             messages = [*messages, turn.reply]
         skip = [*self.settings.memory.remember_phrases, *self.settings.recall.phrases]
         record = await remembered(
-            turn.workspace, sid, messages, due.reason, skip=skip, refine=due.refine
+            turn.workspace, "", messages, due.reason, skip=skip, refine=due.refine
         )
-        await asyncio.to_thread(self.store.save_memory, record)
+        # (the session is the writer's to name: the one it threads the turn into)
+        self.store.save_memory(dataclasses.replace(record, of_turn=turn.started_at))
         self.written += 1
-        log.info("memory_written", session=sid, reason=due.reason, source=record.source)
-
-    async def _session_of(self, turn: TurnRecord) -> str | None:
-        deadline = time.monotonic() + FIND_S
-        wait = 0.02
-        while True:
-            sid = await asyncio.to_thread(
-                self.reader.session_of_turn, turn.workspace, turn.started_at
-            )
-            if sid is not None or time.monotonic() > deadline:
-                return sid
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, 0.5)
 
 
 def _opening(messages: Sequence[Mapping[str, Any]]) -> int | str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from policies.digest import Item, add_items
 from policies.memory import starts_with_phrase
 from policies.trim import text_of
 from proxy.config import Settings
@@ -38,6 +39,9 @@ CLOSE_S = 10.0
 CONVERSATIONS = 4096
 
 
+DRAFTS = 8
+"""Conversations whose digest items the keeper keeps folded, with the history they
+cover (to check that a later history starts with the same messages)."""
 PHRASE_CHARS = 200
 """Only a message's start is compared with the remember phrases (it may be a long paste)."""
 
@@ -58,6 +62,43 @@ class _Due:
     refine: Refine | None
 
 
+@dataclass(slots=True)
+class _Draft:
+    history: list[Mapping[str, Any]]  # the messages folded so far
+    found: dict[str, Item]
+
+
+class _Drafts:
+    """The digest items of the conversations the keeper wrote last, so a session's next
+    memory extracts only the messages added since (its memory is the same, to the byte)."""
+
+    def __init__(self) -> None:
+        self._d: OrderedDict[int | str, _Draft] = OrderedDict()
+
+    def items(
+        self, history: Sequence[Mapping[str, Any]], reply: Mapping[str, Any] | None
+    ) -> list[Item]:
+        """``items(history + [reply])``, folding only what ``history`` adds to the last
+        history of its conversation (all of it if that one is not its start)."""
+        key = _opening(history)
+        d = self._d.pop(key, None)
+        if d is None or len(d.history) > len(history) or not _starts(history, d.history):
+            d = _Draft([], {})
+        add_items(d.found, history[len(d.history) :])
+        d.history = list(history)
+        self._d[key] = d
+        if len(self._d) > DRAFTS:
+            self._d.popitem(last=False)
+        found = dict(d.found)
+        if reply is not None:
+            add_items(found, [reply])
+        return list(found.values())
+
+
+def _starts(history: Sequence[Mapping[str, Any]], start: Sequence[Mapping[str, Any]]) -> bool:
+    return all(a is b or a == b for a, b in zip(history, start, strict=False))  # (start: shorter)
+
+
 RefineFactory = Callable[[TurnRecord, Mapping[str, str]], "Refine | None"]
 
 
@@ -74,6 +115,7 @@ class MemoryKeeper:
         self.queue: asyncio.Queue[_Due] = asyncio.Queue(QUEUE)
         self._seen: OrderedDict[int | str, _Seen] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
+        self._drafts = _Drafts()  # (touched only by the background task's threads)
         self.written = 0
         self.dropped = 0
 
@@ -153,11 +195,12 @@ class MemoryKeeper:
     async def _write(self, due: _Due) -> None:
         turn = settled(due.turn)  # (a non-streamed answer is read here, off the request path)
         messages: Sequence[Mapping[str, Any]] = list(turn.messages)
+        found = await asyncio.to_thread(self._drafts.items, messages, turn.reply)
         if turn.reply is not None:
             messages = [*messages, turn.reply]
         skip = [*self.settings.memory.remember_phrases, *self.settings.recall.phrases]
         record = await remembered(
-            turn.workspace, "", messages, due.reason, skip=skip, refine=due.refine
+            turn.workspace, "", messages, due.reason, skip=skip, refine=due.refine, found=found
         )
         # (the session is the writer's to name: the one it threads the turn into)
         self.store.save_memory(dataclasses.replace(record, of_turn=turn.started_at))

@@ -161,6 +161,13 @@ def _said(message: Message) -> Iterable[Item]:
 def items(messages: Sequence[Message]) -> list[Item]:
     """Every digest item of ``messages``, in the order they appear, without repeats."""
     out: dict[str, Item] = {}
+    add_items(out, messages)
+    return list(out.values())
+
+
+def add_items(out: dict[str, Item], messages: Sequence[Message]) -> None:
+    """Fold the items of ``messages`` into ``out`` (by key, the first kept): ``items`` of a
+    list is the fold of its parts in order, so a growing history is extracted once."""
     for m in messages:
         if is_handoff(m):
             continue
@@ -175,7 +182,6 @@ def items(messages: Sequence[Message]) -> list[Item]:
             found = _errors(m)
         for item in found:
             out.setdefault(item.key, item)
-    return list(out.values())
 
 
 def render(picked: Sequence[Item], count: int) -> str:

@@ -112,13 +112,17 @@ def _tags(asked: Sequence[str], files: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*ranked, *exts]))[:10]
 
 
-def build_memory(messages: Sequence[Message], skip: Sequence[str] = ()) -> SessionMemory:
+def build_memory(
+    messages: Sequence[Message], skip: Sequence[str] = (), found: Sequence[Item] | None = None
+) -> SessionMemory:
     """The deterministic memory of ``messages`` (a session's history and reply).
 
     ``skip``: user messages that are commands to handoff, not requests (start-over and
-    remember phrases), left out of the goal when another request exists.
+    remember phrases), left out of the goal when another request exists. ``found``:
+    ``items(messages)`` when the caller has it already (folded as the history grew).
     """
-    found: list[Item] = items(messages)
+    if found is None:
+        found = items(messages)
     skipped = {s.strip().lower() for s in skip}
     asked = [i.text for i in found if i.kind == "asked"]
     real = [a for a in asked if a.strip().lower() not in skipped] or asked

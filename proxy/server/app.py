@@ -107,8 +107,8 @@ def create_app(
     recall = store_recall(reader) if reader is not None and settings.recall.enabled else None
     engine = build_engine(settings, router, metrics=metrics, recall=recall, store=store)
     keeper = None
-    if store is not None and reader is not None and settings.memory.enabled:
-        keeper = MemoryKeeper(settings, store, reader, memory_refiner(settings, router))
+    if store is not None and settings.memory.enabled:
+        keeper = MemoryKeeper(settings, store, memory_refiner(settings, router))
     timeout = aiohttp.ClientTimeout(
         total=None, connect=settings.timeouts.connect_s, sock_read=settings.timeouts.read_s
     )

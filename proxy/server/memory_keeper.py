@@ -5,15 +5,16 @@ whether the session's memory is due: at ``memory.every_turns`` user turns and ev
 many more, when the conversation is first compressed, when it moves to another model,
 or when the user asks (``memory.remember_phrases``). Due turns wait in a small queue
 for one background task, owned by the app (started and awaited in its cleanup
-context), that finds the session the store threaded the turn into, builds the memory
-(refined by the summarizer's LLM when one is configured) and writes it.
+context), that builds the memory (refined by the summarizer's LLM when one is
+configured) and queues it to the store's writer, after the turn: the writer writes it
+into the session it threaded the turn into, in its own transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,22 +22,26 @@ from typing import Any
 
 import structlog
 
+from policies.digest import Item, add_items
 from policies.memory import starts_with_phrase
 from policies.trim import text_of
 from proxy.config import Settings
 from proxy.decide.cut_memory import conversation_key
-from proxy.store.base import Store, StoreReader, TurnRecord, settled
+from proxy.store.base import Store, TurnRecord, settled
 from proxy.store.remember import Refine, remembered, user_turns
 
 log = structlog.get_logger("handoff.memory")
 
 QUEUE = 64
 """Due memories waiting; past it the newest is dropped (the next trigger writes it)."""
-FIND_S = 10.0
-"""How long the keeper waits for a turn to reach the disk before giving it up."""
+CLOSE_S = 10.0
+"""How long closing waits for the memories due to be built."""
 CONVERSATIONS = 4096
 
 
+DRAFTS = 8
+"""Conversations whose digest items the keeper keeps folded, with the history they
+cover (to check that a later history starts with the same messages)."""
 PHRASE_CHARS = 200
 """Only a message's start is compared with the remember phrases (it may be a long paste)."""
 
@@ -57,6 +62,43 @@ class _Due:
     refine: Refine | None
 
 
+@dataclass(slots=True)
+class _Draft:
+    history: list[Mapping[str, Any]]  # the messages folded so far
+    found: dict[str, Item]
+
+
+class _Drafts:
+    """The digest items of the conversations the keeper wrote last, so a session's next
+    memory extracts only the messages added since (its memory is the same, to the byte)."""
+
+    def __init__(self) -> None:
+        self._d: OrderedDict[int | str, _Draft] = OrderedDict()
+
+    def items(
+        self, history: Sequence[Mapping[str, Any]], reply: Mapping[str, Any] | None
+    ) -> list[Item]:
+        """``items(history + [reply])``, folding only what ``history`` adds to the last
+        history of its conversation (all of it if that one is not its start)."""
+        key = _opening(history)
+        d = self._d.pop(key, None)
+        if d is None or len(d.history) > len(history) or not _starts(history, d.history):
+            d = _Draft([], {})
+        add_items(d.found, history[len(d.history) :])
+        d.history = list(history)
+        self._d[key] = d
+        if len(self._d) > DRAFTS:
+            self._d.popitem(last=False)
+        found = dict(d.found)
+        if reply is not None:
+            add_items(found, [reply])
+        return list(found.values())
+
+
+def _starts(history: Sequence[Mapping[str, Any]], start: Sequence[Mapping[str, Any]]) -> bool:
+    return all(a is b or a == b for a, b in zip(history, start, strict=False))  # (start: shorter)
+
+
 RefineFactory = Callable[[TurnRecord, Mapping[str, str]], "Refine | None"]
 
 
@@ -65,16 +107,15 @@ class MemoryKeeper:
         self,
         settings: Settings,
         store: Store,
-        reader: StoreReader,
         refine: RefineFactory | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
-        self.reader = reader
         self.refine = refine
         self.queue: asyncio.Queue[_Due] = asyncio.Queue(QUEUE)
         self._seen: OrderedDict[int | str, _Seen] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
+        self._drafts = _Drafts()  # (touched only by the background task's threads)
         self.written = 0
         self.dropped = 0
 
@@ -135,7 +176,7 @@ class MemoryKeeper:
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.queue.join(), FIND_S)
+            await asyncio.wait_for(self.queue.join(), CLOSE_S)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -153,32 +194,17 @@ class MemoryKeeper:
 
     async def _write(self, due: _Due) -> None:
         turn = settled(due.turn)  # (a non-streamed answer is read here, off the request path)
-        sid = await self._session_of(turn)
-        if sid is None:
-            log.warning("memory_session_not_found", workspace=turn.workspace)
-            return
         messages: Sequence[Mapping[str, Any]] = list(turn.messages)
+        found = await asyncio.to_thread(self._drafts.items, messages, turn.reply)
         if turn.reply is not None:
             messages = [*messages, turn.reply]
         skip = [*self.settings.memory.remember_phrases, *self.settings.recall.phrases]
         record = await remembered(
-            turn.workspace, sid, messages, due.reason, skip=skip, refine=due.refine
+            turn.workspace, "", messages, due.reason, skip=skip, refine=due.refine, found=found
         )
-        await asyncio.to_thread(self.store.save_memory, record)
+        # (the session is the writer's to name: the one it threads the turn into)
+        self.store.save_memory(dataclasses.replace(record, of_turn=turn.started_at))
         self.written += 1
-        log.info("memory_written", session=sid, reason=due.reason, source=record.source)
-
-    async def _session_of(self, turn: TurnRecord) -> str | None:
-        deadline = time.monotonic() + FIND_S
-        wait = 0.02
-        while True:
-            sid = await asyncio.to_thread(
-                self.reader.session_of_turn, turn.workspace, turn.started_at
-            )
-            if sid is not None or time.monotonic() > deadline:
-                return sid
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, 0.5)
 
 
 def _opening(messages: Sequence[Mapping[str, Any]]) -> int | str:

@@ -30,9 +30,9 @@ Readers
     shortest unique start of an id, for tables), ``durations``, ``jsonout``,
     ``limits`` (the windows upstreams named and the engine planned with).
 Memories
-    ``memories`` (a session's structured memory, one short transaction of its own, read
-    per workspace) and ``remember`` (a memory built from a session's messages, refined
-    by an LLM when one is configured).
+    ``memories`` (a session's structured memory, written in the writer's transaction,
+    into the session it threaded the turn into; read per workspace) and ``remember`` (a
+    memory built from a session's messages, refined by an LLM when one is configured).
 Export and import
     ``export`` with ``portable`` (the portable JSON format, versioned, with its upgrade),
     ``markdown``, ``anthropic_messages`` (Messages bodies, both ways), ``responses_input``

@@ -95,6 +95,9 @@ class MemoryRecord:
     reason: str  # what wrote it: "turns", "compressed", "handoff", "asked", "command"
     turns: int  # the user turns it covers
     updated_at: float = field(default_factory=time.time)
+    of_turn: float | None = None
+    """With ``session_id`` empty: the memory is of the session the writer threaded the
+    turn begun at this time (in ``workspace``) into, which the writer names."""
 
 
 def settled(turn: TurnRecord) -> TurnRecord:
@@ -159,8 +162,8 @@ class Store(Protocol):
     async def start(self) -> None: ...
 
     def save_memory(self, memory: MemoryRecord) -> None:
-        """Write a session's memory, replacing its last. Blocking (one short transaction):
-        call it off the event loop, from a background task that owns it."""
+        """Queue a session's memory for the writer's next transaction, replacing its last
+        (non-blocking, as :meth:`record`; queued after the turns recorded before it)."""
 
     async def close(self) -> None:
         """Drain everything queued, then close."""
@@ -236,9 +239,4 @@ class StoreReader(Protocol):
     ) -> tuple[dict[str, Any], list[str]] | None:
         """The message recall put into the first turn of the conversation that opened with
         ``opening`` in ``workspace``, and the sessions it named (replayed after a restart)."""
-        ...
-
-    def session_of_turn(self, workspace: str, started_at: float) -> str | None:
-        """The session the turn begun at ``started_at`` in ``workspace`` was threaded
-        into, None while it is not on disk."""
         ...

@@ -105,6 +105,9 @@ class Known:
         self.bases: Lru[int, tuple[int | None, int]] = Lru(max_turns)
         self.hints: Lru[tuple[str, str], str] = Lru(max_turns)
         self.titles: Lru[bytes, str] = Lru(max_titles)  # by the first user message's digest
+        # the session each recent turn went into, by (workspace, started_at): a memory
+        # queued for a turn names its session by it
+        self.turn_sessions: Lru[tuple[str, float], str] = Lru(max_titles)
         self.seen = SeenHashes()
         self.inserted = 0  # messages inserted since the writer last indexed
 
@@ -116,7 +119,10 @@ class Known:
         return known
 
     def clear(self) -> None:
-        for lru in (self.message_ids, self.heads, self.best, self.bases, self.hints, self.titles):
+        for lru in (
+            self.message_ids, self.heads, self.best, self.bases, self.hints, self.titles,
+            self.turn_sessions,
+        ):  # fmt: skip
             lru.clear()
 
     def lookup(self, workspace: str, h: bytes) -> Match | str | None:

@@ -1,10 +1,12 @@
-"""Session memories in SQLite: written in one short transaction, read per workspace.
+"""Session memories in SQLite: written in the writer's transactions, read per workspace.
 
-A memory is written by a background task (the proxy's memory keeper) or the CLI, not by
-the turn writer: like ``admin``'s writes, it takes SQLite's write lock for one small
-statement, safe while a writer commits turns. Recall ranks a workspace's newest
-memories by how many of the asker's words they contain (a workspace holds few, so
-this reads at most :data:`CANDIDATES` of them), newest first among equals.
+The proxy's memories (its memory keeper, the MCP ``remember`` tool) are queued to the
+store's writer and written in its transaction (:func:`write`): a commit of another
+connection would make the writer forget what it knows (``known``). The CLI, with no
+writer of its own, writes one in a short transaction (:func:`save`), as ``admin`` does.
+Recall ranks a workspace's newest memories by how many of the asker's words they
+contain (a workspace holds few, so this reads at most :data:`CANDIDATES` of them),
+newest first among equals.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import orjson
 
 from proxy.store.base import MemoryRecord
 from proxy.store.db import connect
+from proxy.store.known import Known
 from proxy.store.redact import redact_json, redact_text
 
 CANDIDATES = 50
@@ -36,6 +39,25 @@ def save(path: str | Path, rec: MemoryRecord, *, redact: bool = False) -> None:
         insert(db, rec)
     finally:
         db.close()
+
+
+def write(
+    db: sqlite3.Connection, rec: MemoryRecord, known: Known, *, redact: bool = False
+) -> str | None:
+    """Write ``rec`` inside the writer's transaction and return its session; a memory of
+    a turn (``of_turn``) goes to the session the writer threaded that turn into, None
+    (nothing written) when that turn was never written."""
+    sid = rec.session_id
+    if not sid and rec.of_turn is not None:
+        key = (rec.workspace, rec.of_turn)
+        sid = known.turn_sessions.get(key) or session_of_turn(db, *key) or ""
+    if not sid:
+        return None
+    rec = dataclasses.replace(rec, session_id=sid, of_turn=None)
+    if redact:
+        rec = dataclasses.replace(rec, text=redact_text(rec.text), memory=redact_json(rec.memory))
+    insert(db, rec)
+    return sid
 
 
 def insert(db: sqlite3.Connection, rec: MemoryRecord) -> None:
@@ -97,6 +119,8 @@ def ranked(
 
 
 def session_of_turn(db: sqlite3.Connection, workspace: str, started_at: float) -> str | None:
+    """The session of the turn begun at ``started_at`` among the recent ones (when the
+    writer's ``known`` has forgotten it)."""
     row = db.execute(
         "SELECT session_id FROM turns WHERE id > (SELECT COALESCE(MAX(id), 0) - ? FROM turns)"
         " AND workspace = ? AND started_at = ? ORDER BY id DESC LIMIT 1",

@@ -202,7 +202,7 @@ def place_turn(
     regenerate = match.via_history and match.length == len(hashes) and match.has_reply
     if match.is_head and not regenerate:
         return Place(match.session_id, match.seq + 1, match, match.model)
-    head = _head_continued(db, turn.workspace, hashes, match.length)
+    head = _head_continued(db, turn.workspace, hashes, match.length, known)
     if head is not None:
         return Place(head.session_id, head.seq + 1, head, head.model)
     return Place(_fresh_id(db, turn), 1, match, match.model, True)
@@ -216,12 +216,21 @@ the cost follows the few turns the hash index found, never the workspace's sessi
 
 
 def _head_continued(
-    db: sqlite3.Connection, workspace: str, hashes: Sequence[bytes], fork_at: int
+    db: sqlite3.Connection,
+    workspace: str,
+    hashes: Sequence[bytes],
+    fork_at: int,
+    known: Known,
 ) -> Match | None:
     """A session's latest turn whose history (+ reply) is a strict prefix of ``hashes`` at
     least ``fork_at - 1`` long: the fork the request goes on with. Asked only when the
-    request would fork, so rarely; one query, against session heads only."""
-    lengths = [n for n in (fork_at, fork_at - 1) if 0 < n < len(hashes)]
+    request would fork; one query, against session heads only, and none when ``known``'s
+    filter says no stored turn has either length's chain hash (a resent first request)."""
+    lengths = [
+        n
+        for n in (fork_at, fork_at - 1)
+        if 0 < n < len(hashes) and known.seen.may_have(hashes[n - 1])
+    ]
     if not lengths:
         return None
     values: list[Any] = []

@@ -36,12 +36,12 @@ from typing import IO, Any
 import orjson
 import structlog
 
-from proxy.store.base import StoreHealth, TurnRecord, age_s
+from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s
 from proxy.store.lock import WriterLock, claim
 from proxy.store.progress import committed
 from proxy.store.shipped import ShippedBodies
 from proxy.store.side_rows import SideRows
-from proxy.store.wire import TURN, Job, encode_calibration, encode_turn, frames
+from proxy.store.wire import TURN, Job, encode_calibration, encode_memory, encode_turn, frames
 from proxy.store.writer_process import HEAD
 
 log = structlog.get_logger("handoff.store")
@@ -138,6 +138,14 @@ class ProcessStore(SideRows):
     def save_calibration(self, data: Mapping[str, Any]) -> None:
         try:
             self._put(encode_calibration(data))
+        except (TypeError, ValueError) as e:
+            self._unencodable(e, 0)
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """Queue a session's memory for the writer process, which writes it in its
+        transaction (``memories``)."""
+        try:
+            self._put(encode_memory(memory))
         except (TypeError, ValueError) as e:
             self._unencodable(e, 0)
 

@@ -331,12 +331,6 @@ class SqliteReader:
         with self._db() as db:
             return memories.ranked(db, workspace, search_terms(query), limit)
 
-    def session_of_turn(self, workspace: str, started_at: float) -> str | None:
-        if self._scope and not self._sees(workspace):
-            return None
-        with self._db() as db:
-            return memories.session_of_turn(db, workspace, started_at)
-
     def recalled(
         self, workspace: str, opening: list[dict[str, Any]]
     ) -> tuple[dict[str, Any], list[str]] | None:

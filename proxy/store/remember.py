@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from policies.digest import Item
 from policies.memory import build_memory
 from proxy.decide.memory_llm import sections
 from proxy.store.base import MemoryRecord, StoreReader
@@ -34,11 +35,13 @@ async def remembered(
     *,
     skip: Sequence[str] = (),
     refine: Refine | None = None,
+    found: Sequence[Item] | None = None,
 ) -> MemoryRecord:
     """The memory of ``messages``: the LLM's when ``refine`` answers with every section,
-    else the deterministic one (a failure is logged, never raised)."""
+    else the deterministic one (a failure is logged, never raised). ``found``: the digest
+    items of ``messages``, when the caller folded them as the session grew."""
     # A long session's extraction takes milliseconds: off the event loop.
-    memory = await asyncio.to_thread(build_memory, messages, skip)
+    memory = await asyncio.to_thread(build_memory, messages, skip, found)
     text = memory.render()
     record = MemoryRecord(
         workspace, session_id, memory.as_dict(), text, "digest", reason, user_turns(messages)

@@ -1,6 +1,6 @@
 """What both SQLite stores (writer thread or process) answer the same way: calibration,
-learned limits and summaries read from the file and queued through the writer, memories in
-a short transaction of their own, and a reader."""
+learned limits and summaries read from the file and queued through the writer, and a
+reader. (Memories are queued to each store's writer too, by its own ``save_memory``.)"""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from proxy.store import memories
-from proxy.store.base import MemoryRecord
 from proxy.store.calibration import (
     limits_row,
     load_calibration,
@@ -46,7 +44,3 @@ class SideRows:
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self.path)
-
-    def save_memory(self, memory: MemoryRecord) -> None:
-        """One short transaction of its own, beside the writer's (``memories``)."""
-        memories.save(self.path, memory, redact=self.redact)

@@ -37,8 +37,8 @@ from typing import Any
 import orjson
 import structlog
 
-from proxy.store import retention
-from proxy.store.base import StoreHealth, TurnRecord, age_s, settled
+from proxy.store import memories, retention
+from proxy.store.base import MemoryRecord, StoreHealth, TurnRecord, age_s, settled
 from proxy.store.calibration import (
     save_calibration,
 )
@@ -61,7 +61,7 @@ class _Calibration:
     data: Mapping[str, Any]
 
 
-_Job = TurnRecord | _Calibration
+_Job = TurnRecord | _Calibration | MemoryRecord
 
 _YIELD_S = 0.0005
 """Work between two explicit GIL releases in a batch. ``time.sleep(0)`` costs CPU (the
@@ -147,6 +147,10 @@ class SqliteStore(SideRows):
     def save_calibration(self, data: Mapping[str, Any]) -> None:
         """Queue the token-count calibration for writing (non-blocking)."""
         self._put(_Calibration(dict(data)))
+
+    def save_memory(self, memory: MemoryRecord) -> None:
+        """Queue a session's memory: written in the writer's transaction (``memories``)."""
+        self._put(memory)
 
     def _put(self, job: _Job) -> None:
         try:
@@ -416,6 +420,8 @@ class SqliteStore(SideRows):
                 try:
                     if isinstance(job, _Calibration):
                         save_calibration(db, job.data)
+                    elif isinstance(job, MemoryRecord):
+                        _save_memory(db, job, known, self.redact)
                     else:
                         write_turn(db, settled(job), redact=self.redact, cache=cache, known=known)
                 except (TypeError, ValueError, orjson.JSONEncodeError) as e:
@@ -477,6 +483,14 @@ class SqliteStore(SideRows):
             self._state.queue.clear()
 
 
+def _save_memory(db: sqlite3.Connection, rec: MemoryRecord, known: Known, redact: bool) -> None:
+    sid = memories.write(db, rec, known, redact=redact)
+    if sid is None:
+        log.warning("memory_session_not_found", workspace=rec.workspace)
+    else:
+        log.info("memory_written", session=sid, reason=rec.reason, source=rec.source)
+
+
 def _turns(jobs: Iterable[_Job]) -> int:
-    """How many of ``jobs`` are turns (not calibration saves)."""
-    return sum(not isinstance(job, _Calibration) for job in jobs)
+    """How many of ``jobs`` are turns (not calibration or memory saves)."""
+    return sum(isinstance(job, TurnRecord) for job in jobs)

@@ -22,11 +22,11 @@ import orjson
 
 from proxy.decide.decision import Decision
 from proxy.ingress.incremental_parse import Resends
-from proxy.store.base import TurnRecord, request_params, settled
+from proxy.store.base import MemoryRecord, TurnRecord, request_params, settled
 from proxy.store.shipped import HeldMessages, ShippedBodies
 from proxy.upstream.sse import choices_of, read_answer
 
-TURN, CALIBRATION = b"T", b"C"
+TURN, CALIBRATION, MEMORY = b"T", b"C", b"M"
 _HEAD = struct.Struct("<cIIIQQIQ")  # kind, 3 lengths, seq, base + 1 (0: none), messages, size
 
 
@@ -90,6 +90,15 @@ def encode_calibration(data: Mapping[str, Any]) -> Job:
     return Job(CALIBRATION, orjson.dumps(dict(data)), b"", b"")
 
 
+def encode_memory(rec: MemoryRecord) -> Job:
+    """A session's memory, its fields in order (the writer writes it in its transaction)."""
+    fields = [
+        rec.workspace, rec.session_id, dict(rec.memory), rec.text, rec.source, rec.reason,
+        rec.turns, rec.updated_at, rec.of_turn,
+    ]  # fmt: skip
+    return Job(MEMORY, orjson.dumps(fields), b"", b"")
+
+
 def frames(jobs: Sequence[Job], held: ShippedBodies) -> list[bytes | memoryview]:
     """The jobs' frames, as pieces to write in order; a body whose parse repeats one
     ``held`` (the proxy's mirror of the writer's) holds travels as what was parsed of
@@ -125,9 +134,9 @@ def whole(buf: bytes | memoryview) -> int:
 
 def decode(
     buf: bytes | memoryview, held: HeldMessages
-) -> Iterator[TurnRecord | dict[str, Any] | Unreadable]:
-    """The jobs in ``buf`` (whole frames): turn records, calibrations as dicts, and
-    :class:`Unreadable` for a frame that cannot be decoded.
+) -> Iterator[TurnRecord | dict[str, Any] | MemoryRecord | Unreadable]:
+    """The jobs in ``buf`` (whole frames): turn records, calibrations as dicts, memories,
+    and :class:`Unreadable` for a frame that cannot be decoded.
 
     ``held`` is the writer's end of the bodies mirror. A record's ``raw_request`` is
     left out: the writer needs only its parse.
@@ -147,6 +156,12 @@ def decode(
                 yield orjson.loads(meta)
             except orjson.JSONDecodeError as e:
                 yield Unreadable(f"calibration: {e!r}")
+            continue
+        if kind == MEMORY:
+            try:
+                yield MemoryRecord(*orjson.loads(meta))
+            except (ValueError, TypeError) as e:
+                yield Unreadable(f"memory: {e!r}")
             continue
         base = ref - 1 if ref else None
         try:

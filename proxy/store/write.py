@@ -192,6 +192,7 @@ def _remember(
     sid, n = place.session_id, len(turn.messages)
     if place.hint is not None:
         known.hints[(turn.workspace, place.hint)] = sid
+    known.turn_sessions[(turn.workspace, turn.started_at)] = sid
     has_reply = parts.reply_id is not None
     at = (turn.model, place.seq, base, place.base_len)
     mine = Match(tid, sid, n, True, True, has_reply, *at)

@@ -26,6 +26,7 @@ import structlog
 
 from proxy.log import configure_logging
 from proxy.process_tuning import raise_gc_threshold, tune_malloc, yield_to_requests
+from proxy.store.base import MemoryRecord
 from proxy.store.pacing import Pacer, yield_cpu
 from proxy.store.shipped import HeldMessages
 from proxy.store.sqlite import SqliteStore
@@ -169,6 +170,8 @@ def serve(store: SqliteStore, inp: IO[bytes], out: IO[bytes], backlog: Backlog) 
                         reporter.unreadable += 1
                     elif isinstance(job, dict):
                         store.save_calibration(job)
+                    elif isinstance(job, MemoryRecord):
+                        store.save_memory(job)
                     else:
                         store.record(job)
                     reporter.received += 1

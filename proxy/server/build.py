@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ParamSpec
 
-from policies.base import Message
 from proxy.config import Settings
 from proxy.decide.engine import Engine, SummarizerFactory, SummaryCalls
 from proxy.decide.memory_llm import MemoryWriter
@@ -23,6 +23,8 @@ from proxy.server.metrics import Metrics
 from proxy.store.base import Store, TurnRecord
 from proxy.store.remember import Refine
 from proxy.upstream.routing import Router, Upstream
+
+P = ParamSpec("P")
 
 
 def build_engine(
@@ -90,29 +92,25 @@ def summarizer_factory(
         )
         if metrics is None:
             return SummaryCalls(summarizer, summarizer.merge)
-        counted = metrics.summarizer_calls
-
-        async def summarize(messages: Sequence[Message], previous: str | None) -> str:
-            try:
-                text = await summarizer(messages, previous)
-            except Exception:
-                counted.labels("error").inc()
-                raise
-            counted.labels("ok").inc()
-            return text
-
-        async def merge(summaries: Sequence[str], limit: int) -> str:
-            try:
-                text = await summarizer.merge(summaries, limit)
-            except Exception:
-                counted.labels("error").inc()
-                raise
-            counted.labels("ok").inc()
-            return text
-
-        return SummaryCalls(summarize, merge)
+        counter = metrics.summarizer_calls
+        return SummaryCalls(_counted(summarizer, counter), _counted(summarizer.merge, counter))
 
     return make
+
+
+def _counted(call: Callable[P, Awaitable[str]], counter: Any) -> Callable[P, Awaitable[str]]:
+    """``call``, counting each answer in ``counter`` as "ok" or "error"."""
+
+    async def counted(*args: P.args, **kwargs: P.kwargs) -> str:
+        try:
+            text = await call(*args, **kwargs)
+        except Exception:
+            counter.labels("error").inc()
+            raise
+        counter.labels("ok").inc()
+        return text
+
+    return counted
 
 
 def memory_refiner(settings: Settings, router: Router) -> RefineFactory | None:
